@@ -1,0 +1,151 @@
+// Command task is the project's stand-in for an executor or a proxy in
+// tests: it reports where it runs, records the signals it gets, makes
+// orphans, ignores TERM, and ends with a chosen code or signal.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var recorded = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH}
+
+func main() {
+	// Roles reached by re-executing ourselves.
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "orphan-parent": // fork the orphans, then exit so they are re-parented
+			orphanParent(os.Args[2])
+			return
+		case "grandchild": // ignore TERM and sleep
+			signal.Ignore(unix.SIGTERM, unix.SIGINT)
+			d, _ := time.ParseDuration(os.Args[2])
+			time.Sleep(d)
+			return
+		}
+	}
+	report := flag.String("report", "", "write a JSON report of pid, namespaces, cgroup, args and env to this file")
+	record := flag.String("record", "", "append a line per signal received to this file")
+	ready := flag.String("ready", "", "create this file once signal handlers are installed")
+	exitCode := flag.Int("exit", 0, "exit code when ending")
+	lifetime := flag.Duration("lifetime", 0, "end by itself after this long (0: run until TERM or INT)")
+	dieBy := flag.String("die-by", "", "end by raising this signal (KILL, SEGV, TERM...) instead of exiting")
+	ignoreTerm := flag.Bool("ignore-term", false, "record TERM and INT but keep running")
+	orphans := flag.Int("orphans", 0, "make this many orphans that exit at once")
+	grandchild := flag.Duration("grandchild", 0, "start a TERM-ignoring grandchild in its own session that sleeps this long")
+	flag.Parse()
+
+	sigs := make(chan os.Signal, 1024)
+	signal.Notify(sigs, recorded...)
+	var rec *os.File
+	if *record != "" {
+		f, err := os.OpenFile(*record, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		check(err)
+		rec = f
+	}
+	if *report != "" {
+		writeReport(*report)
+	}
+	if *grandchild > 0 {
+		cmd := exec.Command("/proc/self/exe", "grandchild", grandchild.String())
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		check(cmd.Start())
+		_ = cmd.Process.Release()
+	}
+	if *orphans > 0 {
+		cmd := exec.Command("/proc/self/exe", "orphan-parent", strconv.Itoa(*orphans))
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		check(cmd.Run())
+	}
+	if *ready != "" {
+		check(os.WriteFile(*ready, nil, 0o644))
+	}
+
+	var timeout <-chan time.Time
+	if *lifetime > 0 {
+		timeout = time.After(*lifetime)
+	}
+loop:
+	for {
+		select {
+		case s := <-sigs:
+			sig := s.(syscall.Signal)
+			if rec != nil {
+				fmt.Fprintf(rec, "%s %d\n", strings.TrimPrefix(unix.SignalName(sig), "SIG"), time.Now().UnixNano())
+			}
+			if (sig == unix.SIGTERM || sig == unix.SIGINT) && !*ignoreTerm {
+				break loop
+			}
+		case <-timeout:
+			break loop
+		}
+	}
+	if *dieBy != "" {
+		sig := unix.SignalNum("SIG" + strings.TrimPrefix(*dieBy, "SIG"))
+		if sig == 0 {
+			check(fmt.Errorf("unknown signal %q", *dieBy))
+		}
+		signal.Reset(sig)
+		_ = unix.Kill(os.Getpid(), sig)
+		time.Sleep(time.Minute) // the signal ends us before this does
+	}
+	os.Exit(*exitCode)
+}
+
+// orphanParent forks n children that exit at once, and exits without waiting
+// for them: they become orphans of the nearest subreaper, or of PID 1.
+func orphanParent(arg string) {
+	n, err := strconv.Atoi(arg)
+	check(err)
+	for i := 0; i < n; i++ {
+		// A raw fork that exits at once in the child: cheaper than exec.
+		pid, _, errno := unix.RawSyscall(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0)
+		if errno != 0 {
+			check(fmt.Errorf("fork orphan %d: %w", i, errno))
+		}
+		if pid == 0 {
+			unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
+		}
+	}
+	os.Exit(0)
+}
+
+type reportJSON struct {
+	Pid     int      `json:"pid"`
+	Ppid    int      `json:"ppid"`
+	Pgid    int      `json:"pgid"`
+	MountNS string   `json:"mountns"`
+	Cgroup  string   `json:"cgroup"`
+	Args    []string `json:"args"`
+	Env     []string `json:"env"`
+}
+
+func writeReport(path string) {
+	pgid, _ := unix.Getpgid(0)
+	mnt, _ := os.Readlink("/proc/self/ns/mnt")
+	cg, _ := os.ReadFile("/proc/self/cgroup")
+	data, err := json.Marshal(reportJSON{
+		Pid: os.Getpid(), Ppid: os.Getppid(), Pgid: pgid, MountNS: mnt,
+		Cgroup: string(cg), Args: os.Args[1:], Env: os.Environ(),
+	})
+	check(err)
+	check(os.WriteFile(path+".tmp", data, 0o644))
+	check(os.Rename(path+".tmp", path))
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "task:", err)
+		os.Exit(99)
+	}
+}
