@@ -1,0 +1,281 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// manager listens on a real unix datagram socket, as systemd and podman do,
+// and points NOTIFY_SOCKET at it.
+func manager(t *testing.T) *net.UnixConn {
+	t.Helper()
+	// A short directory: a socket path is limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "notify")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	t.Setenv("NOTIFY_SOCKET", path)
+	return conn
+}
+
+// receive returns the next datagram, or "" when none comes within d.
+func receive(t *testing.T, conn *net.UnixConn, d time.Duration) string {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(d))
+	buf := make([]byte, 256)
+	n, _, err := conn.ReadFromUnix(buf)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(buf[:n])
+}
+
+func TestReadySendsReady1(t *testing.T) {
+	conn := manager(t)
+	Ready()
+	if got := receive(t, conn, 5*time.Second); got != "READY=1" {
+		t.Errorf("manager got %q, want READY=1", got)
+	}
+}
+
+func TestStoppingSendsStopping1(t *testing.T) {
+	conn := manager(t)
+	Stopping()
+	if got := receive(t, conn, 5*time.Second); got != "STOPPING=1" {
+		t.Errorf("manager got %q, want STOPPING=1", got)
+	}
+}
+
+// NOTIFY_SOCKET stays for nodeinit itself: READY=1 and STOPPING=1 both go
+// out, one after the other.
+func TestReadyThenStoppingBothArrive(t *testing.T) {
+	conn := manager(t)
+	Ready()
+	Stopping()
+	for _, want := range []string{"READY=1", "STOPPING=1"} {
+		if got := receive(t, conn, 5*time.Second); got != want {
+			t.Errorf("manager got %q, want %s", got, want)
+		}
+	}
+}
+
+func TestAManagerThatIsGoneIsNotFatal(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", filepath.Join(t.TempDir(), "gone.sock"))
+	Ready() // logs the error and returns
+	Stopping()
+}
+
+// flaky answers 503 for the first fails requests, then 200. served200 is
+// set before the 200 is written.
+type flaky struct {
+	fails     int32
+	hits      atomic.Int32
+	served200 atomic.Bool
+	hit       chan int32
+}
+
+func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := f.hits.Add(1)
+	if f.hit != nil {
+		select {
+		case f.hit <- n:
+		default:
+		}
+	}
+	if f.fails >= 0 && n > f.fails {
+		f.served200.Store(true)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+}
+
+func fastProbe(u string) Probe {
+	return Probe{URL: u, Interval: 10 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Second}
+}
+
+func TestReadyWaitsForTheURLToAnswer200(t *testing.T) {
+	conn := manager(t)
+	f := &flaky{fails: 3}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+
+	done := ReadyWhenHealthy(context.Background(), fastProbe(srv.URL+"/healthz"))
+	got := receive(t, conn, 10*time.Second)
+	if got != "READY=1" {
+		t.Fatalf("manager got %q, want READY=1", got)
+	}
+	if !f.served200.Load() {
+		t.Error("READY=1 arrived before the URL answered 200")
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the probe goes on after READY=1")
+	}
+	// The probe has ended: the count is final.
+	if n := f.hits.Load(); n != 4 {
+		t.Errorf("URL asked %d times, want 4 (three 503, one 200, then no more)", n)
+	}
+	if again := receive(t, conn, 100*time.Millisecond); again != "" {
+		t.Errorf("manager got a second message %q", again)
+	}
+}
+
+func TestCancelStopsTheProbeWithoutReady(t *testing.T) {
+	conn := manager(t)
+	f := &flaky{fails: -1, hit: make(chan int32, 1)} // never healthy
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := ReadyWhenHealthy(ctx, fastProbe(srv.URL))
+	for n := range f.hit {
+		if n >= 2 {
+			break
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the probe did not end when its context was cancelled")
+	}
+	if got := receive(t, conn, 100*time.Millisecond); got != "" {
+		t.Errorf("manager got %q after cancellation, want nothing", got)
+	}
+}
+
+func TestProbeRetriesWhileTheURLRefusesConnections(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = fastProbe("http://" + addr + "/healthz").Wait(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait = %v, want it to retry until the context ends", err)
+	}
+}
+
+func TestProbeRequestIsBoundedByItsTimeout(t *testing.T) {
+	release := make(chan struct{})
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) == 1 {
+			select { // the first request hangs
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	p := fastProbe(srv.URL)
+	p.Timeout = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Wait(ctx); err != nil {
+		t.Fatalf("Wait = %v, want the hung request abandoned and the next one to succeed", err)
+	}
+	if n := hits.Load(); n != 2 {
+		t.Errorf("URL asked %d times, want 2", n)
+	}
+}
+
+func TestWithoutNotifySocketNothingIsProbedOrSent(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	f := &flaky{fails: 0}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	if Enabled() {
+		t.Fatal("Enabled with NOTIFY_SOCKET empty")
+	}
+	<-ReadyWhenHealthy(context.Background(), fastProbe(srv.URL))
+	Ready()
+	Stopping()
+	if n := f.hits.Load(); n != 0 {
+		t.Errorf("URL asked %d times with no manager to tell", n)
+	}
+}
+
+func TestReadyWithoutURLIsSentAtOnce(t *testing.T) {
+	conn := manager(t)
+	<-ReadyWhenHealthy(context.Background(), Probe{})
+	if got := receive(t, conn, 5*time.Second); got != "READY=1" {
+		t.Errorf("manager got %q, want READY=1", got)
+	}
+}
+
+func TestEnvironDropsNotifySocket(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{nil, []string{}},
+		{[]string{"PATH=/bin", "NOTIFY_SOCKET=/run/notify.sock", "HOME=/"}, []string{"PATH=/bin", "HOME=/"}},
+		{[]string{"NOTIFY_SOCKET=", "NOTIFY_SOCKET_X=1"}, []string{"NOTIFY_SOCKET_X=1"}},
+		{[]string{"A=NOTIFY_SOCKET=x"}, []string{"A=NOTIFY_SOCKET=x"}},
+	} {
+		if got := Environ(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("Environ(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestIntervalDoublesUpToTheMaximum(t *testing.T) {
+	p := Probe{}.withDefaults()
+	var got []time.Duration
+	for d := p.Interval; len(got) < 7; d = nextInterval(d, p.MaxInterval) {
+		got = append(got, d)
+	}
+	ms := time.Millisecond
+	want := []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 2000 * ms, 2000 * ms}
+	if !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+	if p.Timeout != time.Second {
+		t.Errorf("default timeout %v, want 1s", p.Timeout)
+	}
+}
+
+func TestCheckURL(t *testing.T) {
+	for _, tc := range []struct{ url, err string }{
+		{"http://127.0.0.1:10248/healthz", ""},
+		{"https://localhost:10250/healthz", ""},
+		{"localhost:10248/healthz", "scheme must be http or https"},
+		{"ftp://host/x", "scheme must be http or https"},
+		{"http:///healthz", "no host"},
+		{"http://[::1", "missing ']'"},
+	} {
+		err := CheckURL(tc.url)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("CheckURL(%q) = %v, want %q", tc.url, err, tc.err)
+		}
+	}
+	if err := (Probe{URL: "nope"}).Wait(context.Background()); err == nil {
+		t.Error("Wait on a malformed URL did not fail at once")
+	}
+}
