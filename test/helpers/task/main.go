@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,6 +38,7 @@ func main() {
 	report := flag.String("report", "", "write a JSON report of pid, namespaces, cgroup, args and env to this file")
 	record := flag.String("record", "", "append a line per signal received to this file")
 	ready := flag.String("ready", "", "create this file once signal handlers are installed")
+	starts := flag.String("starts", "", "append a line with the start time (unix nanoseconds) to this file")
 	exitCode := flag.Int("exit", 0, "exit code when ending")
 	lifetime := flag.Duration("lifetime", 0, "end by itself after this long (0: run until TERM or INT)")
 	dieBy := flag.String("die-by", "", "end by raising this signal (KILL, SEGV, TERM...) instead of exiting")
@@ -52,6 +54,12 @@ func main() {
 		f, err := os.OpenFile(*record, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		check(err)
 		rec = f
+	}
+	if *starts != "" {
+		f, err := os.OpenFile(*starts, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		check(err)
+		fmt.Fprintf(f, "%d\n", time.Now().UnixNano())
+		check(f.Close())
 	}
 	if *report != "" {
 		writeReport(*report)
@@ -95,7 +103,7 @@ loop:
 		if sig == 0 {
 			check(fmt.Errorf("unknown signal %q", *dieBy))
 		}
-		signal.Reset(sig)
+		restoreDefaultAction(sig)
 		_ = unix.Kill(os.Getpid(), sig)
 		time.Sleep(time.Minute) // the signal ends us before this does
 	}
@@ -118,6 +126,20 @@ func orphanParent(arg string) {
 		}
 	}
 	os.Exit(0)
+}
+
+// restoreDefaultAction sets sig's action to SIG_DFL in the kernel. The Go
+// runtime keeps its own handler for SEGV, ABRT and the like even after
+// signal.Reset, and would exit 2 instead of dying by the signal.
+func restoreDefaultAction(sig syscall.Signal) {
+	if sig == unix.SIGKILL || sig == unix.SIGSTOP {
+		return // their action cannot be changed
+	}
+	var act [4]uint64 // struct kernel_sigaction: handler (SIG_DFL = 0), flags, restorer, mask
+	_, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+	if errno != 0 {
+		check(fmt.Errorf("rt_sigaction(%v): %w", sig, errno))
+	}
 }
 
 type reportJSON struct {

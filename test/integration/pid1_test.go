@@ -1,0 +1,345 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestExitCodeOfTheExecutorIsNodeinits(t *testing.T) {
+	_, task := binaries(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		for _, code := range []int{0, 1, 3, 42, 255} {
+			i := start(t, m, "--run-proxy=false", "--", task, "--lifetime=1ms", "--exit="+strconv.Itoa(code))
+			if got := i.wait(10 * time.Second); got != code {
+				t.Errorf("executor exit %d: nodeinit exited %d; log:\n%s", code, got, i.log())
+			}
+		}
+	})
+}
+
+func TestDeathBySignalGives128PlusSignal(t *testing.T) {
+	_, task := binaries(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSEGV, syscall.SIGTERM, syscall.SIGABRT} {
+			name := strings.TrimPrefix(fmt.Sprint(sig), "SIG")
+			i := start(t, m, "--run-proxy=false", "--", task, "--lifetime=1ms", "--die-by="+unixName(sig))
+			if got, want := i.wait(10*time.Second), 128+int(sig); got != want {
+				t.Errorf("executor killed by %s: nodeinit exited %d, want %d; log:\n%s", name, got, want, i.log())
+			}
+		}
+	})
+}
+
+func unixName(sig syscall.Signal) string {
+	return map[syscall.Signal]string{syscall.SIGKILL: "KILL", syscall.SIGSEGV: "SEGV", syscall.SIGTERM: "TERM", syscall.SIGABRT: "ABRT"}[sig]
+}
+
+func TestCommandsThatCannotRun(t *testing.T) {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "not-executable")
+	badInterp := filepath.Join(dir, "bad-interpreter")
+	must(t, os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644))
+	must(t, os.WriteFile(badInterp, []byte("#!/nonexistent/interpreter\n"), 0o755))
+	_, task := binaries(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string // in the log, naming the path
+	}{
+		{"missing executor", []string{"--run-proxy=false", filepath.Join(dir, "missing")}, 127, filepath.Join(dir, "missing")},
+		{"executor not in PATH", []string{"--run-proxy=false", "no-such-kubelet"}, 127, "no-such-kubelet"},
+		{"executor not executable", []string{"--run-proxy=false", notExec}, 126, notExec},
+		{"executor is a directory", []string{"--run-proxy=false", dir}, 126, dir},
+		{"executor's interpreter missing", []string{"--run-proxy=false", badInterp}, 126, "bad interpreter"},
+		{"missing proxy", []string{"--proxy-path=" + filepath.Join(dir, "kube-proxy"), task}, 127, filepath.Join(dir, "kube-proxy")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			i := start(t, asSubreaper, tc.args...)
+			if got := i.wait(10 * time.Second); got != tc.code {
+				t.Errorf("exit %d, want %d; log:\n%s", got, tc.code, i.log())
+			}
+			if !strings.Contains(i.log(), tc.msg) {
+				t.Errorf("log does not name %q:\n%s", tc.msg, i.log())
+			}
+			if strings.Count(strings.TrimSpace(i.log()), "\n") > 8 {
+				t.Errorf("too much said for one failure:\n%s", i.log())
+			}
+		})
+	}
+}
+
+func TestUsageErrorsExitTwoWithOneLineOnStderr(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"no executor", nil, "no EXECUTOR"},
+		{"unknown flag", []string{"--no-such-flag", "/bin/true"}, "unknown flag: --no-such-flag"},
+		{"bad duration", []string{"--shutdown-grace-period=soon", "/bin/true"}, "shutdown-grace-period"},
+		{"negative grace period", []string{"--shutdown-grace-period=-1s", "/bin/true"}, "shutdown-grace-period"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			i := start(t, asSubreaper, tc.args...)
+			if got := i.wait(10 * time.Second); got != 2 {
+				t.Errorf("exit %d, want 2", got)
+			}
+			lines := strings.Split(strings.TrimSpace(i.errlog()), "\n")
+			if !strings.Contains(lines[0], tc.msg) || len(lines) > 2 {
+				t.Errorf("stderr = %q, want one line with %q and a hint", i.errlog(), tc.msg)
+			}
+			if i.log() != "" {
+				t.Errorf("stdout not empty on a usage error: %q", i.log())
+			}
+		})
+	}
+}
+
+func TestHelpAndVersionExitZero(t *testing.T) {
+	i := start(t, asSubreaper, "--help")
+	if got := i.wait(5 * time.Second); got != 0 || !strings.Contains(i.log(), "--shutdown-grace-period") || !strings.Contains(i.log(), "--vmodule") {
+		t.Errorf("--help: exit %d, stdout:\n%s", got, i.log())
+	}
+	i = start(t, asSubreaper, "--version")
+	if got := i.wait(5 * time.Second); got != 0 || !strings.HasPrefix(i.log(), "nodeinit ") {
+		t.Errorf("--version: exit %d, stdout %q", got, i.log())
+	}
+}
+
+func TestNotPID1RegistersAsSubreaperOnce(t *testing.T) {
+	_, task := binaries(t)
+	i := start(t, asSubreaper, "--run-proxy=false", task, "--lifetime=1ms")
+	i.wait(10 * time.Second)
+	if n := strings.Count(i.log(), "registered as child subreaper"); n != 1 {
+		t.Errorf("subreaper registration logged %d times:\n%s", n, i.log())
+	}
+	if i.errlog() != "" {
+		t.Errorf("stderr not empty: %q", i.errlog())
+	}
+}
+
+// TERM and INT reach the executor at once and the proxy once the executor
+// has ended: executor first, proxy last.
+func TestTermAndIntReachExecutorThenProxy(t *testing.T) {
+	_, task := binaries(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+			dir := t.TempDir()
+			ex, px := filepath.Join(dir, "executor"), filepath.Join(dir, "proxy")
+			i := start(t, m, "--proxy-path="+task, "--proxy-arg=--record="+px+".rec", "--proxy-arg=--ready="+px+".ready",
+				"--", task, "--record="+ex+".rec", "--ready="+ex+".ready", "--exit=7")
+			waitFor(t, 10*time.Second, "tasks ready", func() bool { return exists(ex+".ready") && exists(px+".ready") })
+			i.signal(sig)
+			if got := i.wait(10 * time.Second); got != 7 {
+				t.Fatalf("exit %d, want the executor's 7; log:\n%s", got, i.log())
+			}
+			name := strings.TrimPrefix(unixSigName(sig), "SIG")
+			exRec, pxRec := readRecord(t, ex+".rec"), readRecord(t, px+".rec")
+			if names(exRec) != name {
+				t.Errorf("executor got %q, want %s", names(exRec), name)
+			}
+			if names(pxRec) != "TERM" {
+				t.Errorf("proxy got %q, want TERM", names(pxRec))
+			}
+			if len(exRec) == 1 && len(pxRec) == 1 && pxRec[0].at.Before(exRec[0].at) {
+				t.Errorf("proxy got TERM at %v, before the executor got %s at %v", pxRec[0].at, name, exRec[0].at)
+			}
+		}
+	})
+}
+
+func unixSigName(sig syscall.Signal) string {
+	return map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT"}[sig]
+}
+
+// HUP is forwarded to both at once, and nothing ends.
+func TestHupReachesExecutorAndProxyAndOnlyForwards(t *testing.T) {
+	_, task := binaries(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := t.TempDir()
+		ex, px := filepath.Join(dir, "executor"), filepath.Join(dir, "proxy")
+		i := start(t, m, "--proxy-path="+task, "--proxy-arg=--record="+px+".rec", "--proxy-arg=--ready="+px+".ready",
+			"--", task, "--record="+ex+".rec", "--ready="+ex+".ready")
+		waitFor(t, 10*time.Second, "tasks ready", func() bool { return exists(ex+".ready") && exists(px+".ready") })
+		i.signal(syscall.SIGHUP)
+		waitFor(t, 5*time.Second, "HUP recorded by both", func() bool {
+			e, _ := os.ReadFile(ex + ".rec")
+			p, _ := os.ReadFile(px + ".rec")
+			return strings.HasPrefix(string(e), "HUP ") && strings.HasPrefix(string(p), "HUP ")
+		})
+		time.Sleep(100 * time.Millisecond)
+		if !i.running() {
+			t.Fatalf("nodeinit ended after HUP; log:\n%s", i.log())
+		}
+		if n := strings.Count(i.log(), "Started task"); n != 2 || strings.Contains(i.log(), "Restarted") {
+			t.Errorf("HUP restarted something; log:\n%s", i.log())
+		}
+		i.signal(syscall.SIGTERM)
+		if got := i.wait(10 * time.Second); got != 0 {
+			t.Errorf("exit %d after TERM, want 0", got)
+		}
+	})
+}
+
+// Orphans that the kernel hands nodeinit are all reaped.
+func TestReapsTwoThousandOrphans(t *testing.T) {
+	_, task := binaries(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := t.TempDir()
+		ready := filepath.Join(dir, "ready")
+		i := start(t, m, "--run-proxy=false", "--", task, "--orphans=2000", "--ready="+ready)
+		waitFor(t, 30*time.Second, "orphans made", func() bool { return exists(ready) })
+		waitFor(t, 10*time.Second, "no zombie left", func() bool { return len(zombieChildren(i.cmd.Process.Pid)) == 0 })
+		i.signal(syscall.SIGTERM)
+		if got := i.wait(10 * time.Second); got != 0 {
+			t.Fatalf("exit %d", got)
+		}
+		if !regexp.MustCompile(`orphansReaped=20\d\d\b`).MatchString(i.log()) {
+			t.Errorf("log does not count at least 2000 orphans reaped:\n%s", lastLines(i.log(), 3))
+		}
+	})
+}
+
+// The executor ends in the same instant as hundreds of orphans: its status
+// must come through every time.
+func TestExecutorStatusIsNeverLostAmongDyingOrphans(t *testing.T) {
+	_, task := binaries(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		for n := 0; n < 20; n++ {
+			code := 10 + n
+			i := start(t, m, "--run-proxy=false", "--", task, "--orphans=300", "--lifetime=1ns", "--exit="+strconv.Itoa(code))
+			if got := i.wait(20 * time.Second); got != code {
+				t.Fatalf("run %d: exit %d, want %d; log:\n%s", n, got, code, i.log())
+			}
+		}
+	})
+}
+
+// A proxy that keeps exiting is started again after delays that double up
+// to the cap.
+func TestProxyRespawnsWithGrowingDelays(t *testing.T) {
+	_, task := binaries(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		starts := filepath.Join(t.TempDir(), "starts")
+		i := start(t, m, "--proxy-path="+task, "--proxy-arg=--starts="+starts, "--proxy-arg=--lifetime=1ns", "--proxy-arg=--exit=1",
+			"--proxy-restart-backoff=100ms", "--proxy-restart-backoff-max=400ms",
+			"--", task)
+		time.Sleep(2200 * time.Millisecond)
+		i.signal(syscall.SIGTERM)
+		if got := i.wait(10 * time.Second); got != 0 {
+			t.Fatalf("exit %d", got)
+		}
+		data, err := os.ReadFile(starts)
+		must(t, err)
+		var at []time.Time
+		for _, l := range strings.Fields(string(data)) {
+			ns, _ := strconv.ParseInt(l, 10, 64)
+			at = append(at, time.Unix(0, ns))
+		}
+		// Starts at about 0, 0.1, 0.3, 0.7, 1.1, 1.5, 1.9 s.
+		if len(at) < 5 || len(at) > 8 {
+			t.Fatalf("%d proxy starts in 2.2s, want 5 to 8 with a 100ms..400ms backoff", len(at))
+		}
+		want := []time.Duration{100, 200, 400, 400, 400, 400, 400}
+		for k := 1; k < len(at); k++ {
+			gap := at[k].Sub(at[k-1])
+			w := want[k-1] * time.Millisecond
+			if gap < w || gap > w+150*time.Millisecond {
+				t.Errorf("restart %d came %v after the previous start, want about %v", k, gap, w)
+			}
+		}
+	})
+}
+
+// When the executor ends, the proxy and every leftover get TERM, and what
+// ignores it is killed when the grace period is over.
+func TestExecutorDeathEndsProxyAndLeftoversWithinGracePeriod(t *testing.T) {
+	_, task := binaries(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		// A unique lifetime for the grandchild finds it among all processes.
+		token := (time.Hour + time.Duration(time.Now().Nanosecond()%1000000)*time.Millisecond).String()
+		dir := t.TempDir()
+		ready := filepath.Join(dir, "ready")
+		i := start(t, m, "--shutdown-grace-period=700ms",
+			"--proxy-path="+task, "--proxy-arg=--ignore-term",
+			"--", task, "--grandchild="+token, "--ready="+ready, "--lifetime=300ms", "--exit=5")
+		waitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
+		grandchild := "grandchild\x00" + token
+		if len(processesWithArg(grandchild)) != 1 {
+			t.Fatalf("grandchild not running")
+		}
+		began := time.Now()
+		if got := i.wait(10 * time.Second); got != 5 {
+			t.Fatalf("exit %d, want 5; log:\n%s", got, i.log())
+		}
+		// The executor ran ~300ms, then the grace period of 700ms.
+		if d := time.Since(began); d > 3*time.Second {
+			t.Errorf("nodeinit took %v to end after the executor", d)
+		}
+		if ps := processesWithArg(grandchild); len(ps) != 0 {
+			t.Errorf("leftover grandchild %v still alive after nodeinit exited", ps)
+		}
+		if !strings.Contains(i.log(), "Grace period over; killing what is left") {
+			t.Errorf("log does not say the rest was killed:\n%s", i.log())
+		}
+	})
+}
+
+// An executor that ignores TERM is killed once the grace period is over,
+// and nodeinit reports 128+SIGKILL.
+func TestTermIgnoringExecutorIsKilledAfterGracePeriod(t *testing.T) {
+	_, task := binaries(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		ready := filepath.Join(t.TempDir(), "ready")
+		i := start(t, m, "--run-proxy=false", "--shutdown-grace-period=500ms", "--", task, "--ignore-term", "--ready="+ready)
+		waitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
+		sent := time.Now()
+		i.signal(syscall.SIGTERM)
+		got := i.wait(10 * time.Second)
+		took := time.Since(sent)
+		if got != 137 {
+			t.Errorf("exit %d, want 137 (SIGKILL)", got)
+		}
+		if took < 500*time.Millisecond || took > 3*time.Second {
+			t.Errorf("ended %v after TERM, want just after the 500ms grace period", took)
+		}
+	})
+}
+
+// SIGUSR1 logs one status line per task.
+func TestUsr1LogsTaskStatus(t *testing.T) {
+	_, task := binaries(t)
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	i := start(t, asSubreaper, "--proxy-path="+task, "--", task, "--ready="+ready)
+	waitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
+	i.signal(syscall.SIGUSR1)
+	waitFor(t, 5*time.Second, "status lines", func() bool { return strings.Count(i.log(), `"Task status"`) == 2 })
+	for _, want := range []string{`task="executor"`, `task="proxy"`, `state="running"`, `restarts=0`, `lastExit="none"`} {
+		if !strings.Contains(i.log(), want) {
+			t.Errorf("status dump lacks %s:\n%s", want, i.log())
+		}
+	}
+	i.signal(syscall.SIGTERM)
+	i.wait(10 * time.Second)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
