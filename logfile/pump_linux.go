@@ -212,9 +212,10 @@ func (p *Pump) run() {
 			if s == nil || s.eof {
 				continue
 			}
-			if !s.readOnce() {
+			if !s.readOnce() && s.eof {
 				// End of file before Close cannot happen while the pump
-				// holds the write end; stop watching it rather than spin.
+				// holds the write end, nor can a read error on a pipe;
+				// stop watching it rather than spin.
 				unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, s.rfd, nil)
 			}
 		}
