@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.Cleanup()
+	os.Exit(code)
+}
+
+// TestShortRunMeasuresEveryInitInEveryWorkload runs the harness as CI does,
+// in short mode, and requires a measurement of every workload for every
+// init. It checks no targets: a noisy shared machine cannot hold them.
+func TestShortRunMeasuresEveryInitInEveryWorkload(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, tool := range []string{"tini-static", "dumb-init", "catatonit"} {
+		testenv.RequireTool(t, tool)
+	}
+	cfg := shortConfig(fullConfig())
+	cfg.nodeinit = testenv.Build(t, "./cmd/nodeinit")
+	res, err := measure(cfg, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.inits) != 6 {
+		t.Fatalf("measured %d inits, want all 6", len(res.inits))
+	}
+	for _, wl := range workloads {
+		for _, c := range res.inits {
+			s := res.get(wl, c.name)
+			if len(s) == 0 {
+				t.Errorf("%s: no measurement of %s", wl, c.name)
+			}
+			for _, v := range s {
+				// Sizes and memory are never zero; an idle init may use no
+				// CPU at all in a short window, but never a negative amount.
+				if v < 0 || (v == 0 && wl != wIdleCPU) {
+					t.Errorf("%s: %s measured %v", wl, c.name, v)
+				}
+			}
+		}
+	}
+	res.write(testWriter{t})
+}
+
+// testWriter sends the harness's progress and table to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// bench holds one measurement: the helpers, the inits and their samples.
+type bench struct {
+	cfg   config
+	h     *helpers
+	inits []*contender
+	// samples[workload][init name]
+	samples map[string]map[string][]float64
+	notes   map[string]string
+	started time.Time
+}
+
+func (b *bench) add(workload string, c *contender, v float64) {
+	m := b.samples[workload]
+	if m == nil {
+		m = map[string][]float64{}
+		b.samples[workload] = m
+	}
+	m[c.name] = append(m[c.name], v)
+}
+
+// measure runs every workload for every init and returns the samples.
+// Progress goes to progress.
+func measure(cfg config, progress io.Writer) (*results, error) {
+	cfg = cfg.withDefaults()
+	if err := requireRoot(); err != nil {
+		return nil, err
+	}
+	nodeinit, err := filepath.Abs(cfg.nodeinit)
+	if err != nil {
+		return nil, fmt.Errorf("nodeinit path: %w", err)
+	}
+	inits := initsFor(nodeinit)
+	if len(cfg.only) > 0 {
+		inits = slices.DeleteFunc(inits, func(c *contender) bool { return !slices.Contains(cfg.only, c.name) })
+		if len(inits) == 0 {
+			return nil, fmt.Errorf("-only %v names no init", cfg.only)
+		}
+	}
+	bin, err := resolve(inits)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "nodeinit-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("make work directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	h, err := buildHelpers(dir)
+	if err != nil {
+		return nil, err
+	}
+	h.bin = bin
+	b := &bench{cfg: cfg, h: h, inits: inits, samples: map[string]map[string][]float64{}, notes: map[string]string{}, started: time.Now()}
+
+	type step struct {
+		name string
+		run  func(*contender) error
+	}
+	steps := []step{{wStart, b.startToExit}, {wReap, b.reaping}, {wSignal, b.signalLatency}, {"shutdown", b.shutdown}}
+	for round := range cfg.rounds {
+		// Each round starts with the next init, so none is always first
+		// after a pause or always last when the machine is warm.
+		order := rotate(inits, round)
+		for _, s := range steps {
+			fmt.Fprintf(progress, "round %d/%d: %s\n", round+1, cfg.rounds, s.name)
+			for _, c := range order {
+				if err := s.run(c); err != nil {
+					return nil, fmt.Errorf("round %d, %s: %w", round+1, s.name, err)
+				}
+			}
+		}
+	}
+	for round := range cfg.idleRounds {
+		fmt.Fprintf(progress, "idle %d/%d: %s\n", round+1, cfg.idleRounds, cfg.idle)
+		if err := b.idle(rotate(inits, round)); err != nil {
+			return nil, fmt.Errorf("idle round %d: %w", round+1, err)
+		}
+	}
+	for _, c := range inits {
+		if err := b.size(c); err != nil {
+			return nil, err
+		}
+	}
+	return &results{cfg: cfg, inits: inits, samples: b.samples, notes: b.notes, took: time.Since(b.started)}, nil
+}
+
+func rotate[T any](s []T, n int) []T {
+	n %= len(s)
+	return append(slices.Clone(s[n:]), s[:n]...)
+}

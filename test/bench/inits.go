@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+)
+
+// A contender is one PID-1 program under comparison, with the options it runs
+// with. argv builds its command line around the child's.
+type contender struct {
+	name string
+	// binary is the executable whose size is measured and that must exist.
+	binary string
+	// pkg names the Debian package that brings binary, for the message when
+	// it is missing.
+	pkg string
+	// proxy is set when the init also runs a proxy; the harness then hands it
+	// a sleeping proxy and leaves one fewer sleeping child to the executor.
+	proxy bool
+	argv  func(h *helpers, proxyArgs []string, child []string) []string
+}
+
+// baseline is the init every ratio is taken against.
+const baseline = "tini-static"
+
+// initsFor lists the inits in table order: nodeinit as users would compare it,
+// its two costed options, then the C inits.
+func initsFor(nodeinit string) []*contender {
+	plain := func(extra ...string) func(*helpers, []string, []string) []string {
+		return func(_ *helpers, _ []string, child []string) []string {
+			return append(append(append([]string{nodeinit, "--run-proxy=false"}, extra...), "--"), child...)
+		}
+	}
+	return []*contender{
+		{name: "nodeinit", binary: nodeinit, pkg: "make build", argv: plain()},
+		{name: "nodeinit+proxy", binary: nodeinit, pkg: "make build", proxy: true,
+			argv: func(h *helpers, proxyArgs []string, child []string) []string {
+				a := []string{nodeinit, "--run-proxy=true", "--proxy-path=" + h.sleeper}
+				for _, p := range proxyArgs {
+					a = append(a, "--proxy-arg="+p)
+				}
+				return append(append(a, "--"), child...)
+			}},
+		{name: "nodeinit+mountns", binary: nodeinit, pkg: "make build", argv: plain("--private-mountns")},
+		{name: "tini-static", binary: "tini-static", pkg: "tini",
+			argv: func(h *helpers, _ []string, child []string) []string {
+				return append([]string{h.bin["tini-static"], "--"}, child...)
+			}},
+		{name: "dumb-init", binary: "dumb-init", pkg: "dumb-init",
+			argv: func(h *helpers, _ []string, child []string) []string {
+				return append([]string{h.bin["dumb-init"]}, child...)
+			}},
+		{name: "catatonit", binary: "catatonit", pkg: "catatonit",
+			argv: func(h *helpers, _ []string, child []string) []string {
+				return append([]string{h.bin["catatonit"], "--"}, child...)
+			}},
+	}
+}
+
+// resolve finds every init's binary, or names each missing one and what
+// brings it. The harness installs nothing itself.
+func resolve(inits []*contender) (map[string]string, error) {
+	bin := map[string]string{}
+	var missing []string
+	for _, in := range inits {
+		if _, ok := bin[in.binary]; ok {
+			continue
+		}
+		p, err := exec.LookPath(in.binary)
+		if err != nil {
+			missing = append(missing, fmt.Sprintf("%s (%s)", in.binary, bringer(in.pkg)))
+			bin[in.binary] = ""
+			continue
+		}
+		bin[in.binary] = p
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("missing: %v", missing)
+	}
+	return bin, nil
+}
+
+func bringer(pkg string) string {
+	if pkg == "make build" {
+		return "build it with make build, or pass -nodeinit"
+	}
+	return "apt-get install " + pkg
+}
+
+func requireRoot() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root: every init runs as PID 1 of a new pid namespace")
+	}
+	return nil
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nodeinit/nodeinit/test/bench/stamp"
+)
+
+// The workloads, in table order. Times are in nanoseconds, sizes in bytes.
+const (
+	wStart        = "start-to-exit"
+	wReap         = "reaping"
+	wSignal       = "signal latency"
+	wShutdown     = "shutdown (executor exit → init exit)"
+	wShutdownLast = "shutdown (last child exit → init exit)"
+	wIdleCPU      = "idle CPU per minute"
+	wRSS          = "idle VmRSS"
+	wHWM          = "idle VmHWM"
+	wSize         = "binary size"
+)
+
+var workloads = []string{wStart, wReap, wSignal, wShutdown, wShutdownLast, wIdleCPU, wRSS, wHWM, wSize}
+
+// runLimit bounds any single run, so a hung init fails the harness instead
+// of stalling it.
+const runLimit = 2 * time.Minute
+
+// startToExit times INIT -- /bin/true from the exec of the init to its exit.
+func (b *bench) startToExit(c *contender) error {
+	for range b.cfg.starts {
+		r, err := b.h.start(c, b.h.fifoPath(), []string{"/bin/true"}, nil, runLimit)
+		if err != nil {
+			return err
+		}
+		err = r.waitOK()
+		r.close()
+		if err != nil {
+			return err
+		}
+		b.add(wStart, c, float64(r.end-r.start))
+	}
+	return nil
+}
+
+// reaping times INIT -- orphans: the helper makes the orphans and exits once
+// the init has reaped them all.
+func (b *bench) reaping(c *contender) error {
+	child := []string{b.h.orphans, "-n", strconv.Itoa(b.cfg.orphans)}
+	r, err := b.h.start(c, b.h.fifoPath(), child, nil, runLimit)
+	if err != nil {
+		return err
+	}
+	err = r.waitOK()
+	r.close()
+	if err != nil {
+		return err
+	}
+	b.add(wReap, c, float64(r.end-r.start))
+	return nil
+}
+
+// signalLatency sends a train of SIGTERMs to the init and takes, for each,
+// the time until its child stamps the receipt.
+func (b *bench) signalLatency(c *contender) error {
+	fifo := b.h.fifoPath()
+	r, err := b.h.start(c, fifo, []string{b.h.sigstamp, "-stamp", fifo}, nil, runLimit)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	defer r.kill()
+	if _, err := r.expect("ready", 30*time.Second); err != nil {
+		return err
+	}
+	pid := r.cmd.Process.Pid
+	for range b.cfg.signals {
+		sent := stamp.Now()
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			return fmt.Errorf("signal %s: %w", c.name, err)
+		}
+		got, err := r.expect("TERM", 10*time.Second)
+		if err != nil {
+			return err
+		}
+		b.add(wSignal, c, float64(got-sent))
+		// A pause lets the init settle back into waiting, as between the
+		// rare signals of real life.
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// shutdown lets the executor exit by itself and times how long the init
+// takes to follow; with a proxy, the proxy exits as soon as it gets TERM.
+func (b *bench) shutdown(c *contender) error {
+	for range b.cfg.shutdowns {
+		fifo := b.h.fifoPath()
+		child := []string{b.h.sleeper, "-stamp", fifo, "-tag", "executor", "-lifetime", "30ms"}
+		proxy := []string{"-stamp=" + fifo, "-tag=proxy"}
+		r, err := b.h.start(c, fifo, child, proxy, runLimit)
+		if err != nil {
+			return err
+		}
+		err = r.waitOK()
+		if err != nil {
+			r.close()
+			return err
+		}
+		execExit, err := r.expect("executor-exit", time.Second)
+		last := execExit
+		if err == nil && c.proxy {
+			last, err = r.expect("proxy-exit", time.Second)
+		}
+		r.close()
+		if err != nil {
+			return err
+		}
+		b.add(wShutdown, c, float64(r.end-execExit))
+		b.add(wShutdownLast, c, float64(r.end-last))
+	}
+	return nil
+}
+
+// idle runs every init at once, each with two sleeping children, and takes
+// the CPU each init uses over the window and its memory at the end. Running
+// them side by side gives each the same machine for the same minute.
+func (b *bench) idle(cs []*contender) error {
+	var runs []*run
+	defer func() {
+		for _, r := range runs {
+			r.kill()
+			r.close()
+		}
+	}()
+	for _, c := range cs {
+		fifo := b.h.fifoPath()
+		children := "1"
+		if c.proxy {
+			children = "0"
+		}
+		child := []string{b.h.sleeper, "-stamp", fifo, "-tag", "executor", "-children", children}
+		r, err := b.h.start(c, fifo, child, []string{"-stamp=" + fifo, "-tag=proxy"}, b.cfg.idle+runLimit)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, r)
+	}
+	for _, r := range runs {
+		if _, err := r.expect("executor-ready", 30*time.Second); err != nil {
+			return err
+		}
+		if r.who.proxy {
+			if _, err := r.expect("proxy-ready", 30*time.Second); err != nil {
+				return err
+			}
+		}
+	}
+	// Start-up is not idle: let every init finish it first.
+	time.Sleep(b.cfg.settle)
+	before := make([]int64, len(runs))
+	for i, r := range runs {
+		ns, err := cpuTime(r.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		before[i] = ns
+	}
+	time.Sleep(b.cfg.idle)
+	for i, r := range runs {
+		ns, err := cpuTime(r.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		b.add(wIdleCPU, r.who, float64(ns-before[i])*float64(time.Minute)/float64(b.cfg.idle))
+		rss, hwm, err := memory(r.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		b.add(wRSS, r.who, float64(rss))
+		b.add(wHWM, r.who, float64(hwm))
+	}
+	return nil
+}
+
+// size records the size of each init's binary on disk.
+func (b *bench) size(c *contender) error {
+	p := b.h.bin[c.binary]
+	fi, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("size of %s: %w", c.name, err)
+	}
+	b.add(wSize, c, float64(fi.Size()))
+	b.notes[c.name] = binaryKind(p)
+	return nil
+}
+
+// cpuTime returns the CPU time of every thread of pid, in nanoseconds, from
+// /proc/PID/task/*/schedstat: /proc/PID/stat has the same sum in clock ticks
+// of 10 ms, too coarse for an idle minute. Threads of the Go runtime do not
+// exit, so the sum over live threads is the process's total.
+func cpuTime(pid int) (int64, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("read CPU time of pid %d: no tasks", pid)
+	}
+	var total int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return 0, fmt.Errorf("read CPU time of pid %d: %w", pid, err)
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("read CPU time of pid %d: empty %s", pid, t)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read CPU time of pid %d: %w", pid, err)
+		}
+		total += ns
+	}
+	return total, nil
+}
+
+// memory returns VmRSS and VmHWM of pid in bytes.
+func memory(pid int) (rss, hwm int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("read memory of pid %d: %w", pid, err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, 0, fmt.Errorf("read memory of pid %d: unexpected %q", pid, sc.Text())
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("read memory of pid %d: %w", pid, err)
+		}
+		if k == "VmRSS" {
+			rss = kb << 10
+		} else {
+			hwm = kb << 10
+		}
+	}
+	if rss == 0 || hwm == 0 {
+		return 0, 0, fmt.Errorf("read memory of pid %d: no VmRSS/VmHWM", pid)
+	}
+	return rss, hwm, nil
+}
