@@ -27,8 +27,8 @@ func TestShortRunMeasuresEveryInitInEveryWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.inits) != 6 {
-		t.Fatalf("measured %d inits, want all 6", len(res.inits))
+	if len(res.inits) != 7 {
+		t.Fatalf("measured %d inits, want all 7", len(res.inits))
 	}
 	for _, wl := range workloads {
 		for _, c := range res.inits {

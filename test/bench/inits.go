@@ -18,14 +18,18 @@ type contender struct {
 	// proxy is set when the init also runs a proxy; the harness then hands it
 	// a sleeping proxy and leaves one fewer sleeping child to the executor.
 	proxy bool
-	argv  func(h *helpers, proxyArgs []string, child []string) []string
+	// reference marks the harness's own minimal Go init, measured to show
+	// what any Go PID 1 costs; its binary is built with the helpers.
+	reference bool
+	argv      func(h *helpers, proxyArgs []string, child []string) []string
 }
 
 // baseline is the init every ratio is taken against.
 const baseline = "tini-static"
 
 // initsFor lists the inits in table order: nodeinit as users would compare it,
-// its two costed options, then the C inits.
+// its two costed options, the minimal Go init for reference, then the C
+// inits.
 func initsFor(nodeinit string) []*contender {
 	plain := func(extra ...string) func(*helpers, []string, []string) []string {
 		return func(_ *helpers, _ []string, child []string) []string {
@@ -43,6 +47,10 @@ func initsFor(nodeinit string) []*contender {
 				return append(append(a, "--"), child...)
 			}},
 		{name: "nodeinit+mountns", binary: nodeinit, pkg: "make build", argv: plain("--private-mountns")},
+		{name: "go-minimal", binary: "", reference: true,
+			argv: func(h *helpers, _ []string, child []string) []string {
+				return append([]string{h.gominimal}, child...)
+			}},
 		{name: "tini-static", binary: "tini-static", pkg: "tini",
 			argv: func(h *helpers, _ []string, child []string) []string {
 				return append([]string{h.bin["tini-static"], "--"}, child...)
@@ -64,6 +72,9 @@ func resolve(inits []*contender) (map[string]string, error) {
 	bin := map[string]string{}
 	var missing []string
 	for _, in := range inits {
+		if in.reference {
+			continue
+		}
 		if _, ok := bin[in.binary]; ok {
 			continue
 		}

@@ -193,6 +193,9 @@ func (b *bench) idle(cs []*contender) error {
 // size records the size of each init's binary on disk.
 func (b *bench) size(c *contender) error {
 	p := b.h.bin[c.binary]
+	if c.reference {
+		p = b.h.gominimal
+	}
 	fi, err := os.Stat(p)
 	if err != nil {
 		return fmt.Errorf("size of %s: %w", c.name, err)
