@@ -12,6 +12,7 @@ package notify
 import (
 	"os"
 	"strings"
+	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"k8s.io/klog/v2"
@@ -31,8 +32,27 @@ func lookupSocket() string { return os.Getenv(socketVar) }
 // Ready tells the manager that the node has started: READY=1.
 func Ready() { send(daemon.SdNotifyReady, "ready") }
 
-// Stopping tells the manager that shutdown has begun: STOPPING=1.
-func Stopping() { send(daemon.SdNotifyStopping, "stopping") }
+// Stopping tells the manager that shutdown has begun: STOPPING=1. It is
+// called from the supervisor's loop, so it waits at most stoppingWait: a
+// datagram send blocks only while the manager has stopped reading its
+// socket (hundreds of messages queued), and that must not hold shutdown.
+func Stopping() {
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		send(daemon.SdNotifyStopping, "stopping")
+	}()
+	t := time.NewTimer(stoppingWait)
+	defer t.Stop()
+	select {
+	case <-sent:
+	case <-t.C:
+		klog.ErrorS(nil, "The service manager does not take STOPPING=1; shutting down without waiting", "socket", lookupSocket(), "waited", stoppingWait)
+	}
+}
+
+// stoppingWait bounds how long Stopping waits for its send.
+const stoppingWait = 500 * time.Millisecond
 
 func send(state, what string) {
 	// NOTIFY_SOCKET stays in nodeinit's own environment (unsetEnvironment

@@ -279,3 +279,39 @@ func TestCheckURL(t *testing.T) {
 		t.Error("Wait on a malformed URL did not fail at once")
 	}
 }
+
+func TestNoReadyOnceShutdownBegan(t *testing.T) {
+	conn := manager(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	<-ReadyWhenHealthy(ctx, Probe{})
+	if got := receive(t, conn, 100*time.Millisecond); got != "" {
+		t.Errorf("manager got %q after shutdown began, want nothing", got)
+	}
+}
+
+// A manager that stops reading its socket must not hold shutdown: Stopping
+// gives up on its send after a bound.
+func TestStoppingDoesNotWaitForAManagerThatStoppedReading(t *testing.T) {
+	conn := manager(t)
+	// Fill the manager's queue until a send would block.
+	fill, err := net.DialUnix("unixgram", nil, conn.LocalAddr().(*net.UnixAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fill.Close()
+	for i := 0; ; i++ {
+		fill.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := fill.Write([]byte("X=1")); err != nil {
+			break
+		}
+		if i > 100000 {
+			t.Fatal("the manager's queue never filled")
+		}
+	}
+	start := time.Now()
+	Stopping()
+	if took := time.Since(start); took < stoppingWait/2 || took > 5*time.Second {
+		t.Errorf("Stopping returned after %v, want about %v", took, stoppingWait)
+	}
+}

@@ -133,25 +133,25 @@ func get(ctx context.Context, client *http.Client, u string) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// ReadyWhenHealthy sends READY=1 once the node is ready: at once when
-// p.URL is empty, else from one goroutine when p.URL first answers 200.
-// Call it once the executor has started. Cancelling ctx (at shutdown) ends
-// the probe without READY=1. Without NOTIFY_SOCKET nothing is probed or sent.
-// The returned channel is closed when nothing more will be sent.
+// ReadyWhenHealthy sends READY=1 once the node is ready: at once when p.URL
+// is empty, else when p.URL first answers 200. Call it once the executor has
+// started; it returns at once (the sending and the probe run in one
+// goroutine), so the supervisor's loop can call it. Cancelling ctx when
+// shutdown begins ends the probe and keeps READY=1 from following
+// STOPPING=1. Without NOTIFY_SOCKET nothing is probed or sent. The returned
+// channel is closed when nothing more will be sent.
 func ReadyWhenHealthy(ctx context.Context, p Probe) <-chan struct{} {
 	done := make(chan struct{})
 	if !Enabled() {
 		close(done)
 		return done
 	}
-	if p.URL == "" {
-		Ready()
-		close(done)
-		return done
-	}
 	go func() {
 		defer close(done)
-		err := p.Wait(ctx)
+		var err error
+		if p.URL != "" {
+			err = p.Wait(ctx)
+		}
 		switch {
 		case ctx.Err() != nil:
 			// Shutdown began: READY=1 would now contradict STOPPING=1.
