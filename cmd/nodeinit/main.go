@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/init/logsink"
 	"github.com/nodeinit/nodeinit/init/reaper"
 	"github.com/nodeinit/nodeinit/init/supervisor"
 )
@@ -69,7 +70,6 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	for name, value := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "one_output": "true", "stderrthreshold": "FATAL"} {
 		_ = klogFlags.Set(name, value)
 	}
-	klog.SetOutput(os.Stdout)
 	return fs
 }
 
@@ -106,6 +106,11 @@ func run(args []string) int {
 		fmt.Println("nodeinit", version)
 		return 0
 	}
+	// nodeinit's log goes to stdout through a queue, so that a stdout
+	// nobody reads never blocks reaping or signal handling.
+	sink := logsink.New(os.Stdout, logsink.DefaultLimit)
+	klog.SetOutput(sink)
+	defer sink.Flush(2 * time.Second)
 	defer klog.Flush()
 	if fs.NArg() == 0 {
 		return usageError("no EXECUTOR given")

@@ -58,7 +58,7 @@ var (
 	// Forwarded to the executor alone: they are meant for the main task.
 	toExecutor = []os.Signal{unix.SIGQUIT, unix.SIGUSR2, unix.SIGWINCH}
 	handled    = concat(terminating, toBoth, toExecutor,
-		[]os.Signal{unix.SIGCHLD, unix.SIGUSR1, unix.SIGPIPE})
+		[]os.Signal{unix.SIGCHLD, unix.SIGUSR1})
 )
 
 func concat(lists ...[]os.Signal) (out []os.Signal) {
@@ -194,9 +194,6 @@ func (s *Supervisor) handleSignal(sig syscall.Signal) {
 		s.signalTask(s.executor, sig)
 	case unix.SIGUSR1:
 		s.logStatus()
-	case unix.SIGPIPE:
-		// Caught only so that a closed stdout makes writes fail with EPIPE
-		// instead of killing PID 1; children get the default back at exec.
 	}
 }
 

@@ -44,6 +44,7 @@ func main() {
 	dieBy := flag.String("die-by", "", "end by raising this signal (KILL, SEGV, TERM...) instead of exiting")
 	ignoreTerm := flag.Bool("ignore-term", false, "record TERM and INT but keep running")
 	orphans := flag.Int("orphans", 0, "make this many orphans that exit at once")
+	fill := flag.Int("fill-stdout", 0, "write this many bytes to stdout in the background (blocks there when nobody reads)")
 	grandchild := flag.Duration("grandchild", 0, "start a TERM-ignoring grandchild in its own session that sleeps this long")
 	flag.Parse()
 
@@ -74,6 +75,9 @@ func main() {
 		cmd := exec.Command("/proc/self/exe", "orphan-parent", strconv.Itoa(*orphans))
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		check(cmd.Run())
+	}
+	if *fill > 0 {
+		go func() { _, _ = os.Stdout.Write(make([]byte, *fill)) }()
 	}
 	if *ready != "" {
 		check(os.WriteFile(*ready, nil, 0o644))

@@ -1,0 +1,108 @@
+// Package logsink is the output of nodeinit's own log. Writes never block:
+// a line is queued in a bounded buffer and written to stdout by one writer
+// goroutine, so that a full or unread stdout pipe can stall the log but never
+// the reaper or the signal loop. When the buffer is full, lines are dropped
+// and the number dropped is reported once output flows again.
+package logsink
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultLimit is how many bytes of log may wait for stdout.
+const DefaultLimit = 1 << 20
+
+// Sink queues log lines for one output file.
+type Sink struct {
+	out   *os.File
+	limit int
+
+	mu      sync.Mutex
+	pending []byte
+	dropped int
+	writing bool          // the writer holds a batch outside the lock
+	wake    chan struct{} // tells the writer there is work
+	idle    chan struct{} // closed and replaced when the writer has emptied the queue
+}
+
+// New returns a Sink that writes to out and starts its writer. It also
+// catches SIGPIPE: a write to a closed pipe on stdout would otherwise kill
+// the process, and PID 1 must outlive its log reader.
+func New(out *os.File, limit int) *Sink {
+	signal.Notify(make(chan os.Signal, 1), unix.SIGPIPE)
+	s := &Sink{out: out, limit: limit, wake: make(chan struct{}, 1), idle: make(chan struct{})}
+	go s.writer()
+	return s
+}
+
+// Write queues p, or drops it when the queue is full. It never blocks on the
+// output and always reports success, as a log must not fail its caller.
+func (s *Sink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	if len(s.pending)+len(p) > s.limit {
+		s.dropped++
+	} else {
+		s.pending = append(s.pending, p...)
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+func (s *Sink) writer() {
+	var batch []byte
+	for range s.wake {
+		for {
+			s.mu.Lock()
+			if s.dropped > 0 {
+				note := fmt.Sprintf("logsink: %d log lines dropped while stdout was not being read\n", s.dropped)
+				s.pending = append(s.pending, note...)
+				s.dropped = 0
+			}
+			if len(s.pending) == 0 {
+				s.writing = false
+				close(s.idle)
+				s.idle = make(chan struct{})
+				s.mu.Unlock()
+				break
+			}
+			batch, s.pending = s.pending, batch[:0]
+			s.writing = true
+			s.mu.Unlock()
+			// Errors (EPIPE, EBADF) lose the batch: there is nowhere else
+			// to say so.
+			_, _ = s.out.Write(batch)
+		}
+	}
+}
+
+// Flush waits until everything queued has been written, or until timeout:
+// on exit, a stdout that nobody reads must not keep PID 1 alive.
+func (s *Sink) Flush(timeout time.Duration) bool {
+	s.mu.Lock()
+	if len(s.pending) == 0 && s.dropped == 0 && !s.writing {
+		s.mu.Unlock()
+		return true
+	}
+	idle := s.idle
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-idle:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
