@@ -1,0 +1,156 @@
+// Package config owns nodeinit's settings: the NodeInitConfig file format,
+// the command-line flags that override it, their defaults, and validation.
+// Every other package reads its settings from a Config built here.
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Kind and APIVersion identify a NodeInitConfig file.
+const (
+	Kind       = "NodeInitConfig"
+	APIVersion = "nodeinit/v1alpha1"
+)
+
+// Proxy modes kube-proxy still has; userspace was removed in Kubernetes 1.26.
+var ProxyModes = []string{"iptables", "ipvs", "nftables"}
+
+// Config is every setting of nodeinit. Its JSON names are the file format.
+type Config struct {
+	Kind       string `json:"kind"`
+	APIVersion string `json:"apiVersion"`
+
+	// Executor is the main task (the kubelet or a kubelet-executor).
+	Executor Executor `json:"executor"`
+	// Proxy is the sidecar (kube-proxy), respawned with backoff.
+	Proxy Proxy `json:"proxy"`
+	// ShutdownGracePeriod is how long the children get after TERM before KILL.
+	ShutdownGracePeriod Duration       `json:"shutdownGracePeriod"`
+	Logging             Logging        `json:"logging"`
+	MountNamespace      MountNamespace `json:"mountNamespace"`
+	Cgroup              Cgroup         `json:"cgroup"`
+	// ReadyURL, when set, must answer 200 before READY=1 is sent to systemd.
+	ReadyURL string `json:"readyURL,omitempty"`
+	// PathOverride replaces PATH in the children's environment.
+	PathOverride string `json:"pathOverride,omitempty"`
+}
+
+// Executor is the executor's command line.
+type Executor struct {
+	Path string   `json:"path,omitempty"`
+	Args []string `json:"args,omitempty"`
+	// ContainPodResources passes --cgroup-root=<the container's cgroup>.
+	ContainPodResources bool `json:"containPodResources"`
+}
+
+// Proxy is how kube-proxy is run and which flags nodeinit passes to it.
+type Proxy struct {
+	Run  bool   `json:"run"`
+	Path string `json:"path"`
+	// Args are appended verbatim after the flags nodeinit assembles.
+	Args             []string  `json:"args,omitempty"`
+	Mode             string    `json:"mode"`
+	BindAll          bool      `json:"bindAll"`
+	BindAddress      string    `json:"bindAddress,omitempty"`
+	LogV             int32     `json:"logV"`
+	Conntrack        Conntrack `json:"conntrack"`
+	Kubeconfig       string    `json:"kubeconfig,omitempty"`
+	Master           string    `json:"master,omitempty"`
+	HostnameOverride string    `json:"hostnameOverride,omitempty"`
+	RestartBackoff   Backoff   `json:"restartBackoff"`
+}
+
+// Conntrack settings; zero leaves the kernel's value alone.
+type Conntrack struct {
+	MaxPerCore            int32    `json:"maxPerCore"`
+	Min                   int32    `json:"min"`
+	TCPTimeoutEstablished Duration `json:"tcpTimeoutEstablished"`
+}
+
+// Backoff is the proxy's restart delay: it starts at Initial, doubles up to
+// Max, and returns to Initial once the proxy has run for Reset.
+type Backoff struct {
+	Initial Duration `json:"initial"`
+	Max     Duration `json:"max"`
+	Reset   Duration `json:"reset"`
+}
+
+// Logging is where the children's output goes, and nodeinit's verbosity.
+type Logging struct {
+	// Dir, when set, holds executor.log and proxy.log instead of stdout.
+	Dir        string    `json:"dir,omitempty"`
+	MaxSize    Mebibytes `json:"maxSize"`
+	MaxBackups int       `json:"maxBackups"`
+	// MaxAge is in days.
+	MaxAge int `json:"maxAge"`
+	// V and VModule are klog's -v and --vmodule for nodeinit's own log.
+	V       int32  `json:"v"`
+	VModule string `json:"vmodule,omitempty"`
+}
+
+// MountNamespace says how nodeinit prepares mount propagation.
+type MountNamespace struct {
+	Private     bool `json:"private"`
+	MakeRShared bool `json:"makeRShared"`
+}
+
+// Cgroup says how nodeinit finds and joins the Mesos container's cgroup.
+type Cgroup struct {
+	Parent      string `json:"parent,omitempty"`
+	MesosPrefix string `json:"mesosPrefix"`
+	Require     bool   `json:"require"`
+	// V2Evacuate nil means auto: true when nodeinit is PID 1 at the root of
+	// a cgroup v2 namespace.
+	V2Evacuate *bool  `json:"v2Evacuate,omitempty"`
+	V2Leaf     string `json:"v2Leaf"`
+}
+
+// Default returns the settings nodeinit uses when neither file nor flag says
+// otherwise.
+func Default() Config {
+	return Config{
+		Kind:       Kind,
+		APIVersion: APIVersion,
+		Executor:   Executor{ContainPodResources: true},
+		Proxy: Proxy{
+			Run:  true,
+			Path: "kube-proxy",
+			Mode: "iptables",
+			RestartBackoff: Backoff{
+				Initial: Duration{time.Second},
+				Max:     Duration{30 * time.Second},
+				Reset:   Duration{60 * time.Second},
+			},
+		},
+		ShutdownGracePeriod: Duration{10 * time.Second},
+		Logging:             Logging{MaxSize: 10, MaxBackups: 5, MaxAge: 7},
+		Cgroup:              Cgroup{MesosPrefix: "mesos", V2Leaf: "nodeinit"},
+	}
+}
+
+// Duration is a time.Duration written as a string like "10s" in the file.
+type Duration struct{ time.Duration }
+
+// MarshalJSON writes the duration as a string like "1m30s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a string like "10s"; bare numbers are rejected because
+// their unit would be a guess.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf(`must be a duration string like "10s" or "1m30s"`)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf(`must be a duration like "10s" or "1m30s"`)
+	}
+	d.Duration = v
+	return nil
+}

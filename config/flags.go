@@ -1,0 +1,312 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Flags is nodeinit's command line: a flag for every setting of Config, plus
+// --config and --write-flags. Flags given on the command line override the
+// config file; flags left out keep the file's value (or the default).
+type Flags struct {
+	fs         *pflag.FlagSet
+	values     Config // Default() overwritten by the flags given
+	configFile string
+	writeFlags bool
+	bindings   []binding
+}
+
+// binding ties a flag to its field in the file.
+type binding struct {
+	flag, field string
+	copy        func(dst, src *Config)
+}
+
+// AddFlags defines nodeinit's flags on fs and returns the handle that merges
+// them with the config file after fs.Parse. It stops fs at the first
+// non-flag argument, so the executor's own flags stay the executor's:
+// `nodeinit --proxy-mode=ipvs kubelet --v=2`.
+func AddFlags(fs *pflag.FlagSet) *Flags {
+	f := &Flags{fs: fs, values: Default()}
+	fs.SetInterspersed(false)
+
+	fs.StringVar(&f.configFile, "config", "", "read settings from this "+Kind+" file (YAML or JSON); flags given on the command line override it")
+	fs.BoolVar(&f.writeFlags, "write-flags", false, "print the executor's and the proxy's final command lines, shell-quoted, and exit without starting anything")
+
+	// Core.
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Proxy.Run }, "run-proxy", "proxy.run",
+		"run the proxy (kube-proxy) next to the executor, restarting it when it exits")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Path }, "proxy-path", "proxy.path",
+		"the proxy program: a path, or a name looked up in the children's PATH")
+	add(f, fs.StringArrayVar, func(c *Config) *[]string { return &c.Proxy.Args }, "proxy-arg", "proxy.args",
+		"an argument passed to the proxy verbatim after the ones nodeinit builds (repeat for more; replaces proxy.args of the config file)")
+	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.ShutdownGracePeriod.Duration }, "shutdown-grace-period", "shutdownGracePeriod",
+		"how long the executor and the proxy get to exit after TERM before they are killed")
+	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.RestartBackoff.Initial.Duration }, "proxy-restart-backoff", "proxy.restartBackoff.initial",
+		"wait this long before restarting the proxy the first time; the wait doubles on each further exit")
+	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.RestartBackoff.Max.Duration }, "proxy-restart-backoff-max", "proxy.restartBackoff.max",
+		"the longest wait before restarting the proxy")
+	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.RestartBackoff.Reset.Duration }, "proxy-restart-backoff-reset", "proxy.restartBackoff.reset",
+		"a proxy that ran this long before exiting is restarted after the shortest wait again")
+
+	// Node configuration: what the proxy and the executor are given.
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Proxy.BindAll }, "proxy-bindall", "proxy.bindAll",
+		"make the proxy listen on all addresses (--bind-address=0.0.0.0); wins over --proxy-bind-address")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.BindAddress }, "proxy-bind-address", "proxy.bindAddress",
+		"the IP address the proxy listens on (default: the executor's own --address or --node-ip, if it has one)")
+	add(f, fs.Int32Var, func(c *Config) *int32 { return &c.Proxy.LogV }, "proxy-logv", "proxy.logV",
+		"the proxy's log verbosity, passed as --v")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Mode }, "proxy-mode", "proxy.mode",
+		"the proxy's mode: iptables, ipvs or nftables")
+	add(f, fs.Int32Var, func(c *Config) *int32 { return &c.Proxy.Conntrack.MaxPerCore }, "conntrack-max-per-core", "proxy.conntrack.maxPerCore",
+		"conntrack entries to allow per CPU core, passed to the proxy (0 leaves the kernel's limit alone)")
+	add(f, fs.Int32Var, func(c *Config) *int32 { return &c.Proxy.Conntrack.Min }, "conntrack-min", "proxy.conntrack.min",
+		"the least conntrack entries to allow whatever the core count, passed to the proxy (0 leaves it alone)")
+	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.Conntrack.TCPTimeoutEstablished.Duration }, "conntrack-tcp-timeout-established", "proxy.conntrack.tcpTimeoutEstablished",
+		"idle timeout of established TCP connections in conntrack, passed to the proxy (0 leaves it alone)")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Kubeconfig }, "proxy-kubeconfig", "proxy.kubeconfig",
+		"the kubeconfig file the proxy uses to reach the API server")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Master }, "master", "proxy.master",
+		"the API server's URL for the proxy (overrides the kubeconfig's)")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.HostnameOverride }, "hostname-override", "proxy.hostnameOverride",
+		"the node name the proxy uses instead of the host name (lower-cased)")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.PathOverride }, "path-override", "pathOverride",
+		"PATH for the executor and the proxy instead of nodeinit's own ($PWD/bin is appended either way)")
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Executor.ContainPodResources }, "contain-pod-resources", "executor.containPodResources",
+		"keep pods inside this container's cgroup by passing --cgroup-root=<that cgroup> to the executor, unless it has its own")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Logging.Dir }, "log-dir", "logging.dir",
+		"write the executor's and the proxy's output to executor.log and proxy.log in this directory, rotated, instead of stdout")
+	addValue(f, func(c *Config) *Mebibytes { return &c.Logging.MaxSize }, "max-log-size", "logging.maxSize",
+		"rotate a log file of --log-dir at this size: a quantity like 10Mi or 1Gi, or bytes; rounded to whole MiB")
+	add(f, fs.IntVar, func(c *Config) *int { return &c.Logging.MaxBackups }, "max-log-backups", "logging.maxBackups",
+		"rotated log files to keep per child (0 keeps all)")
+	add(f, fs.IntVar, func(c *Config) *int { return &c.Logging.MaxAge }, "max-log-age", "logging.maxAge",
+		"days to keep rotated log files (0 keeps them regardless of age)")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.ReadyURL }, "ready-url", "readyURL",
+		"with NOTIFY_SOCKET set, report READY=1 only once this URL answers 200 (e.g. the kubelet's http://127.0.0.1:10248/healthz)")
+
+	// Mount namespace and cgroups.
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.MountNamespace.Private }, "private-mountns", "mountNamespace.private",
+		"run in a mount namespace of its own that receives the host's mounts but does not leak its own (slave propagation)")
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.MountNamespace.MakeRShared }, "make-rshared", "mountNamespace.makeRShared",
+		"make / recursively shared, so mounts made by pods reach the host (cannot be combined with --private-mountns)")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.Parent }, "cgroup-parent", "cgroup.parent",
+		"join this cgroup instead of the discovered Mesos container cgroup")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.MesosPrefix }, "mesos-cgroup-prefix", "cgroup.mesosPrefix",
+		"the first cgroup path element of Mesos containers, used to find this container's cgroup")
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Cgroup.Require }, "require-cgroup", "cgroup.require",
+		"fail when the container's cgroup cannot be found or joined, instead of running where nodeinit was started")
+	fs.Var(autoBool{&f.values.Cgroup.V2Evacuate}, "cgroup-v2-evacuate",
+		"on cgroup v2, move nodeinit into a leaf cgroup so controllers can be enabled for its children: true, false or auto (true when nodeinit is PID 1 at the root of a cgroup namespace)")
+	fs.Lookup("cgroup-v2-evacuate").NoOptDefVal = "true"
+	bind(f, "cgroup-v2-evacuate", "cgroup.v2Evacuate", func(c *Config) **bool { return &c.Cgroup.V2Evacuate })
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.V2Leaf }, "cgroup-v2-leaf", "cgroup.v2Leaf",
+		"the name of the leaf cgroup nodeinit moves into on cgroup v2")
+	return f
+}
+
+// add defines a flag with a pflag XxxVar function, its default taken from Default().
+func add[T any](f *Flags, define func(p *T, name string, value T, usage string), field func(*Config) *T, flag, path, usage string) {
+	p := field(&f.values)
+	define(p, flag, *p, usage)
+	bind(f, flag, path, field)
+}
+
+// addValue defines a flag whose type is its own pflag.Value.
+func addValue[T any, P interface {
+	*T
+	pflag.Value
+}](f *Flags, field func(*Config) *T, flag, path, usage string) {
+	f.fs.Var(P(field(&f.values)), flag, usage)
+	bind(f, flag, path, field)
+}
+
+func bind[T any](f *Flags, flag, path string, field func(*Config) *T) {
+	f.bindings = append(f.bindings, binding{flag, path, func(dst, src *Config) { *field(dst) = *field(src) }})
+}
+
+// WriteFlags reports whether --write-flags was given: print the command
+// lines and exit 0 without touching namespaces or cgroups.
+func (f *Flags) WriteFlags() bool { return f.writeFlags }
+
+// Resolve builds the final Config after fs.Parse: the --config file (if
+// any) over the defaults, the flags given on the command line over the file,
+// and args (fs.Args(): EXECUTOR [ARG...]) over the file's executor. If fs
+// also holds klog's -v and --vmodule, the file's logging.v and
+// logging.vmodule are applied to them unless given on the command line.
+//
+// It returns a *UsageError (exit 2) for a bad flag value, a missing EXECUTOR
+// or flags that exclude each other, and a *FileError (exit 255) for a config
+// file that cannot be read or has bad fields; otherwise the Config is valid.
+func (f *Flags) Resolve(args []string) (Config, error) {
+	given := map[string]bool{} // fields set on the command line
+	for _, b := range f.bindings {
+		if f.fs.Changed(b.flag) {
+			given[b.field] = true
+		}
+	}
+	withArgs := func(c *Config) {
+		if len(args) > 0 {
+			c.Executor.Path, c.Executor.Args = args[0], append([]string(nil), args[1:]...)
+		}
+	}
+	if len(args) > 0 {
+		given["executor.path"], given["executor.args"] = true, true
+	}
+
+	// A bad flag is a usage error whatever the file holds. Checks between two
+	// fields wait for the merge: the file may hold the other one.
+	flagsOnly := f.values
+	withArgs(&flagsOnly)
+	var single []FieldError
+	for _, e := range flagsOnly.Validate() {
+		if e.related == "" {
+			single = append(single, e)
+		}
+	}
+	if err := f.usageError(single, given); err != nil {
+		return Config{}, err
+	}
+
+	c := Default()
+	if f.configFile != "" {
+		var err error
+		if c, err = Load(f.configFile); err != nil {
+			return Config{}, err
+		}
+	}
+	for _, b := range f.bindings {
+		if given[b.field] {
+			b.copy(&c, &f.values)
+		}
+	}
+	withArgs(&c)
+
+	errs := f.syncKlog(&c)
+	if c.Executor.Path == "" {
+		return Config{}, &UsageError{"no EXECUTOR given: name the program to run after nodeinit's flags, or as executor.path in the --config file"}
+	}
+	errs = append(errs, c.Validate()...)
+	if err := f.usageError(errs, given); err != nil {
+		return Config{}, err
+	}
+	if len(errs) > 0 {
+		if f.configFile == "" {
+			return Config{}, &UsageError{errs[0].Error()}
+		}
+		return Config{}, &FileError{File: f.configFile, Fields: errs}
+	}
+	return c, nil
+}
+
+// syncKlog makes klog's flags, when fs has them, and logging.v/vmodule agree:
+// the command line wins, else the file's value is set on the flag.
+func (f *Flags) syncKlog(c *Config) []FieldError {
+	var errs []FieldError
+	def := Default()
+	for _, k := range []struct {
+		flag, field string
+		file, def   string
+		set         func(string) error
+	}{
+		{"v", "logging.v", strconv.Itoa(int(c.Logging.V)), strconv.Itoa(int(def.Logging.V)), func(s string) error {
+			v, err := strconv.ParseInt(s, 10, 32)
+			c.Logging.V = int32(v)
+			return err
+		}},
+		{"vmodule", "logging.vmodule", c.Logging.VModule, def.Logging.VModule, func(s string) error { c.Logging.VModule = s; return nil }},
+	} {
+		fl := f.fs.Lookup(k.flag)
+		switch {
+		case fl == nil:
+		case f.fs.Changed(k.flag):
+			if err := k.set(fl.Value.String()); err != nil {
+				errs = append(errs, FieldError{Type: ErrorTypeInvalid, Field: k.field, BadValue: fl.Value.String(), Detail: err.Error()})
+			}
+		case k.file != k.def:
+			if err := f.fs.Set(k.flag, k.file); err != nil {
+				errs = append(errs, FieldError{Type: ErrorTypeInvalid, Field: k.field, BadValue: k.file, Detail: err.Error()})
+			}
+		}
+	}
+	return errs
+}
+
+// usageError turns the first error about a field given on the command line
+// into a one-line usage error that names the flag.
+func (f *Flags) usageError(errs []FieldError, given map[string]bool) error {
+	for _, e := range errs {
+		field := e.Field
+		if i := strings.IndexByte(field, '['); i >= 0 {
+			field = field[:i]
+		}
+		if !given[field] && (e.related == "" || !given[e.related]) {
+			continue
+		}
+		if field == "executor.path" || field == "executor.args" {
+			return &UsageError{"invalid EXECUTOR command: " + e.Error()}
+		}
+		flag := f.flagOf(field)
+		if flag == "" {
+			flag = f.flagOf(e.related)
+		}
+		value := renderValue(e.BadValue)
+		if e.BadValue == nil {
+			value = strconv.Quote(f.fs.Lookup(flag).Value.String())
+		}
+		return &UsageError{fmt.Sprintf("invalid argument %s for %q flag: %s", value, "--"+flag, f.flagNames(e.Detail))}
+	}
+	return nil
+}
+
+func (f *Flags) flagOf(field string) string {
+	for _, b := range f.bindings {
+		if b.field == field {
+			return b.flag
+		}
+	}
+	return ""
+}
+
+// flagNames rewrites the field paths in a detail message as the flags that
+// set them, longest first so no path is cut by a shorter one.
+func (f *Flags) flagNames(detail string) string {
+	bs := append([]binding(nil), f.bindings...)
+	sort.Slice(bs, func(i, j int) bool { return len(bs[i].field) > len(bs[j].field) })
+	for _, b := range bs {
+		detail = strings.ReplaceAll(detail, b.field, "--"+b.flag)
+	}
+	return detail
+}
+
+// autoBool is a flag for a *bool setting where nil means "decide at run
+// time".
+type autoBool struct{ p **bool }
+
+func (a autoBool) String() string {
+	if a.p == nil || *a.p == nil {
+		return "auto"
+	}
+	return strconv.FormatBool(**a.p)
+}
+
+func (a autoBool) Set(s string) error {
+	if s == "auto" {
+		*a.p = nil
+		return nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("must be true, false or auto")
+	}
+	*a.p = &b
+	return nil
+}
+
+func (a autoBool) Type() string { return "bool" }

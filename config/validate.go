@@ -1,0 +1,162 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate returns every bad field of c, in file order; none means c is
+// usable. Executor.Path may be empty here: a file may leave the executor to
+// the command line, and Flags.Resolve requires one at the end.
+func (c *Config) Validate() []FieldError {
+	var v validator
+	v.oneOf("kind", c.Kind, Kind)
+	v.oneOf("apiVersion", c.APIVersion, APIVersion)
+
+	v.text("executor.path", c.Executor.Path)
+	if c.Executor.Path == "" && len(c.Executor.Args) > 0 {
+		v.add(ErrorTypeRequired, "executor.path", nil, "executor.args are given without the program to run")
+	}
+	v.list("executor.args", c.Executor.Args)
+
+	p := &c.Proxy
+	if p.Run && p.Path == "" {
+		v.add(ErrorTypeRequired, "proxy.path", nil, "the proxy is run (proxy.run), so its program must be named")
+	}
+	v.text("proxy.path", p.Path)
+	v.list("proxy.args", p.Args)
+	v.oneOf("proxy.mode", p.Mode, ProxyModes...)
+	if p.BindAddress != "" {
+		if _, err := netip.ParseAddr(p.BindAddress); err != nil {
+			v.add(ErrorTypeInvalid, "proxy.bindAddress", p.BindAddress, "must be an IP address like 10.0.0.5 or fd00::5")
+		}
+	}
+	v.nonNegative("proxy.logV", int64(p.LogV))
+	v.nonNegative("proxy.conntrack.maxPerCore", int64(p.Conntrack.MaxPerCore))
+	v.nonNegative("proxy.conntrack.min", int64(p.Conntrack.Min))
+	v.duration("proxy.conntrack.tcpTimeoutEstablished", p.Conntrack.TCPTimeoutEstablished, 0)
+	v.text("proxy.kubeconfig", p.Kubeconfig)
+	v.text("proxy.master", p.Master)
+	if p.HostnameOverride != "" && !isDNSSubdomain(strings.ToLower(p.HostnameOverride)) {
+		v.add(ErrorTypeInvalid, "proxy.hostnameOverride", p.HostnameOverride,
+			"must be a node name: DNS labels of letters, digits and '-', joined by '.', at most 253 characters")
+	}
+	b := p.RestartBackoff
+	v.duration("proxy.restartBackoff.initial", b.Initial, time.Nanosecond)
+	v.duration("proxy.restartBackoff.max", b.Max, time.Nanosecond)
+	if b.Initial.Duration > 0 && b.Max.Duration > 0 && b.Max.Duration < b.Initial.Duration {
+		v.errs = append(v.errs, FieldError{Type: ErrorTypeInvalid, Field: "proxy.restartBackoff.max", BadValue: b.Max,
+			Detail:  fmt.Sprintf("must not be less than proxy.restartBackoff.initial (%s)", b.Initial),
+			related: "proxy.restartBackoff.initial"})
+	}
+	v.duration("proxy.restartBackoff.reset", b.Reset, 0)
+
+	v.duration("shutdownGracePeriod", c.ShutdownGracePeriod, 0)
+
+	v.text("logging.dir", c.Logging.Dir)
+	if c.Logging.MaxSize < 1 || c.Logging.MaxSize > maxMebibytes {
+		v.add(ErrorTypeInvalid, "logging.maxSize", c.Logging.MaxSize, "must be between 1Mi and 8Ei")
+	}
+	v.nonNegative("logging.maxBackups", int64(c.Logging.MaxBackups))
+	v.nonNegative("logging.maxAge", int64(c.Logging.MaxAge))
+	v.nonNegative("logging.v", int64(c.Logging.V))
+
+	if c.MountNamespace.Private && c.MountNamespace.MakeRShared {
+		v.errs = append(v.errs, FieldError{Type: ErrorTypeForbidden, Field: "mountNamespace.makeRShared",
+			Detail:  "may not be combined with mountNamespace.private: a private namespace cannot share its mounts",
+			related: "mountNamespace.private"})
+	}
+
+	v.text("cgroup.parent", c.Cgroup.Parent)
+	if c.Cgroup.MesosPrefix == "" {
+		v.add(ErrorTypeRequired, "cgroup.mesosPrefix", nil, `the first cgroup path element of Mesos containers, usually "mesos"`)
+	}
+	v.text("cgroup.mesosPrefix", c.Cgroup.MesosPrefix)
+	switch l := c.Cgroup.V2Leaf; {
+	case l == "":
+		v.add(ErrorTypeRequired, "cgroup.v2Leaf", nil, "the child cgroup nodeinit moves into on cgroup v2")
+	case l == "." || l == ".." || strings.ContainsAny(l, "/\x00"):
+		v.add(ErrorTypeInvalid, "cgroup.v2Leaf", l, "must be a single cgroup directory name")
+	}
+
+	if c.ReadyURL != "" {
+		u, err := url.Parse(c.ReadyURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add(ErrorTypeInvalid, "readyURL", c.ReadyURL, "must be an http or https URL like http://127.0.0.1:10248/healthz")
+		}
+	}
+	v.text("pathOverride", c.PathOverride)
+	return v.errs
+}
+
+type validator struct{ errs []FieldError }
+
+func (v *validator) add(t ErrorType, field string, bad any, detail string) {
+	v.errs = append(v.errs, FieldError{Type: t, Field: field, BadValue: bad, Detail: detail})
+}
+
+// oneOf requires s to be one of the supported values.
+func (v *validator) oneOf(field, s string, supported ...string) {
+	quoted := make([]string, len(supported))
+	for i, x := range supported {
+		if s == x {
+			return
+		}
+		quoted[i] = strconv.Quote(x)
+	}
+	if s == "" {
+		v.add(ErrorTypeRequired, field, nil, "supported values: "+strings.Join(quoted, ", "))
+		return
+	}
+	v.add(ErrorTypeUnsupported, field, s, "supported values: "+strings.Join(quoted, ", "))
+}
+
+// text rejects what no program argument, path or environment value can hold.
+func (v *validator) text(field, s string) {
+	if strings.ContainsRune(s, 0) {
+		v.add(ErrorTypeInvalid, field, s, "must not contain a NUL byte")
+	}
+}
+
+func (v *validator) list(field string, l []string) {
+	for i, s := range l {
+		v.text(fmt.Sprintf("%s[%d]", field, i), s)
+	}
+}
+
+func (v *validator) nonNegative(field string, n int64) {
+	if n < 0 {
+		v.add(ErrorTypeInvalid, field, n, "must be non-negative")
+	}
+}
+
+func (v *validator) duration(field string, d Duration, least time.Duration) {
+	switch {
+	case d.Duration < 0:
+		v.add(ErrorTypeInvalid, field, d, "must be non-negative")
+	case d.Duration < least:
+		v.add(ErrorTypeInvalid, field, d, "must be positive")
+	}
+}
+
+// isDNSSubdomain is Kubernetes' rule for node names (RFC 1123 subdomain).
+func isDNSSubdomain(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+				return false
+			}
+		}
+	}
+	return true
+}
