@@ -1,0 +1,180 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
+)
+
+// engine is podman with a configuration and a store of its own, so the
+// tests behave the same on a brand-new machine and on a developer's one, and
+// leave nothing behind in the machine's own store.
+type engine struct {
+	dir   string   // configuration, storage, run state: all removed at the end
+	env   []string // the environment every podman command runs with
+	image string   // the images/e2e image, uniquely tagged
+}
+
+// containersConf is podman's whole configuration here. Each setting is one
+// that a bare VM or CI machine needs:
+//   - default_ulimits = []: podman otherwise asks the runtime for
+//     RLIMIT_NOFILE and RLIMIT_NPROC above a hard limit the host may set lower
+//     (this one has NOFILE 20000), and the runtime fails with EPERM.
+//   - runtime = "runc": crun refuses hybrid cgroup hosts (v1 hierarchies plus
+//     a cgroup2 mount with a controller in it); runc runs on v1, hybrid and v2.
+//   - cgroup_manager = "cgroupfs" and events_logger = "file": there may be no
+//     systemd and no journald.
+//   - tmp_dir, static_dir, volume_path, the events file and lock_type =
+//     "file": keep every piece of state in our directory, so nothing is shared
+//     with the machine's own podman.
+const containersConf = `[containers]
+default_ulimits = []
+log_driver = "k8s-file"
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "%[1]s/events.log"
+tmp_dir = "%[1]s/tmp"
+static_dir = "%[1]s/storage/libpod"
+volume_path = "%[1]s/storage/volumes"
+lock_type = "file"
+
+[network]
+network_config_dir = "%[1]s/networks"
+`
+
+// storageConf uses the vfs driver: it works on any filesystem (overlay on
+// overlay or on tmpfs does not), leaves no mounts behind, and the images
+// here are a few megabytes.
+const storageConf = `[storage]
+driver = "vfs"
+graphroot = "%[1]s/storage"
+runroot = "%[1]s/run"
+`
+
+// setup writes the configuration, builds the binaries and the e2e image.
+func (e *engine) setup(t *testing.T) error {
+	dir, err := os.MkdirTemp("", "nodeinit-e2e-")
+	if err != nil {
+		return err
+	}
+	e.dir, e.image = dir, "localhost/nodeinit-e2e:"+randomID()
+	for name, text := range map[string]string{"containers.conf": containersConf, "storage.conf": storageConf} {
+		if err := os.WriteFile(filepath.Join(dir, name), fmt.Appendf(nil, text, dir), 0o644); err != nil {
+			return err
+		}
+	}
+	e.env = append(os.Environ(),
+		"CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
+		"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"),
+		"CONTAINERS_REGISTRIES_CONF="+filepath.Join(dir, "registries.conf"), // none: nothing is ever pulled
+	)
+	if err := os.WriteFile(filepath.Join(dir, "registries.conf"), nil, 0o644); err != nil {
+		return err
+	}
+
+	context := filepath.Join(dir, "context")
+	for _, pkg := range []string{"./cmd/nodeinit", "./test/helpers/task", "./test/helpers/demo-executor", "./test/helpers/demo-proxy"} {
+		if err := copyFile(testenv.Build(t, pkg), filepath.Join(context, "bin", filepath.Base(pkg))); err != nil {
+			return err
+		}
+	}
+	dockerfile := filepath.Join(testenv.ModuleRoot(t), "images", "e2e", "Dockerfile")
+	if _, err := e.podman("build", "-q", "-f", dockerfile, "-t", e.image, context); err != nil {
+		return fmt.Errorf("build the e2e image: %w", err)
+	}
+	return nil
+}
+
+// teardown removes every container and image of the private store, then the store.
+func (e *engine) teardown() {
+	if e.dir == "" {
+		return
+	}
+	_, _ = e.podman("rm", "--all", "--force", "--time", "0")
+	_, _ = e.podman("rmi", "--all", "--force")
+	_ = os.RemoveAll(e.dir)
+}
+
+// podman runs one podman command and returns its stdout. The error carries
+// the exit code (as *exec.ExitError) and stderr.
+func (e *engine) podman(args ...string) (string, error) {
+	cmd := exec.Command("podman", args...)
+	cmd.Env = e.env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("podman %s: %w\n%s%s", strings.Join(args, " "), err, stderr.Bytes(), stdout.Bytes())
+	}
+	return stdout.String(), err
+}
+
+// must runs a podman command that has to succeed.
+func (e *engine) must(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := e.podman(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// exitCode runs a podman command that is expected to end with a status, and returns it.
+func (e *engine) exitCode(t *testing.T, args ...string) int {
+	t.Helper()
+	_, err := e.podman(args...)
+	if err == nil {
+		return 0
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return exit.ExitCode()
+}
+
+// inspect returns one field of `podman inspect` by Go template.
+func (e *engine) inspect(t *testing.T, name, format string) string {
+	t.Helper()
+	return strings.TrimSpace(e.must(t, "inspect", "--format", format, name))
+}
+
+// randomID is a short unique name part.
+func randomID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func copyFile(from, to string) error {
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
