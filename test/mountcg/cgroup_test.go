@@ -1,0 +1,142 @@
+package mountcg
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/cgroups"
+	"github.com/nodeinit/nodeinit/test/testenv"
+)
+
+// mesosCgroup creates /mesos/<id> in every mounted hierarchy, as the Mesos
+// agent would, and removes it (and /mesos when it made it and nothing else
+// lives there) when the test ends, after nodeinit has exited.
+func mesosCgroup(t *testing.T, id string) cgroups.Layout {
+	t.Helper()
+	testenv.RequireRoot(t)
+	l, err := cgroups.ReadLayout("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Require(t, l.Mode() != cgroups.NoCgroups, "a mounted cgroup filesystem")
+	for _, h := range l.Hierarchies {
+		var created []string
+		for _, cg := range []string{"/mesos", "/mesos/" + id} {
+			dir, ok := h.Dir("/", cg)
+			if !ok {
+				t.Fatalf("the %s hierarchy does not reach %s", h.Name(), cg)
+			}
+			if err := os.Mkdir(dir, 0o755); errors.Is(err, os.ErrExist) {
+				continue
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			created = append(created, dir)
+			if slices.Contains(h.Controllers, "cpuset") { // no process may join a cpuset without cpus and mems
+				for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+					v, err := os.ReadFile(filepath.Join(filepath.Dir(dir), f))
+					if err == nil {
+						err = os.WriteFile(filepath.Join(dir, f), v, 0o644)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		t.Cleanup(func() {
+			for i := len(created) - 1; i >= 0; i-- {
+				err := unix.Rmdir(created[i])
+				shared := filepath.Base(created[i]) == "mesos"
+				if err != nil && !(shared && (errors.Is(err, unix.EBUSY) || errors.Is(err, unix.ENOTEMPTY))) {
+					t.Errorf("remove cgroup %s: %v", created[i], err)
+				}
+			}
+		})
+	}
+	return l
+}
+
+// inHierarchy returns the cgroup of hierarchy h in a /proc/<pid>/cgroup text.
+func inHierarchy(text string, h cgroups.Hierarchy) string {
+	for ctrls, cg := range cgroupLines(text) {
+		if h.Unified && ctrls == "" || !h.Unified && slices.Contains(strings.Split(ctrls, ","), h.Controllers[0]) {
+			return cg
+		}
+	}
+	return ""
+}
+
+func TestNodeinitExecutorAndProxyJoinTheMesosCgroup(t *testing.T) {
+	for name, envOf := range map[string]func(id string) string{
+		"MESOS_DIRECTORY": func(id string) string {
+			return cgroups.EnvMesosDirectory + "=/var/lib/mesos/slaves/S0/frameworks/F/executors/E/runs/" + id
+		},
+		"MESOS_CONTAINER_NAME": func(id string) string { return cgroups.EnvMesosContainerName + "=mesos-" + id },
+	} {
+		t.Run(name, func(t *testing.T) {
+			id := randomID(t)
+			l := mesosCgroup(t, id)
+			n := startNode(t, []string{envOf(id)})
+			executor, proxy := n.waitReady()
+			pid, ok := n.nodeinitPid()
+			if !ok {
+				t.Fatal("nodeinit's pid not found")
+			}
+			want := "/mesos/" + id
+			for who, text := range map[string]string{
+				"nodeinit": readProc(t, pid, "cgroup"), "executor": executor.Cgroup, "proxy": proxy.Cgroup,
+			} {
+				for _, h := range l.Hierarchies {
+					if got := inHierarchy(text, h); got != want {
+						t.Errorf("%s is in %q of the %s hierarchy, want %s", who, got, h.Name(), want)
+					}
+				}
+			}
+			if !slices.Contains(executor.Args, "--cgroup-root="+want) {
+				t.Errorf("executor args %q lack --cgroup-root=%s", executor.Args, want)
+			}
+			if !slices.Contains(executor.Env, "MESOS_EXECUTOR_CONTAINER_UUID="+id) {
+				t.Errorf("executor environment lacks MESOS_EXECUTOR_CONTAINER_UUID=%s", id)
+			}
+			if code := n.stop(); code != 0 {
+				t.Errorf("nodeinit exited %d after TERM, want the executor's 0", code)
+			}
+		})
+	}
+}
+
+func TestMissingCgroupWarnsAndRuns(t *testing.T) {
+	id := randomID(t) // no cgroup made
+	n := startNode(t, []string{cgroups.EnvMesosDirectory + "=/x/runs/" + id})
+	executor, _ := n.waitReady()
+	if !strings.Contains(n.log(), "cgroup /mesos/"+id+" exists in none of the mounted hierarchies") {
+		t.Errorf("no warning about the missing cgroup; log:\n%s", n.log())
+	}
+	if strings.Contains(executor.Cgroup, id) {
+		t.Errorf("executor in a cgroup that does not exist?\n%s", executor.Cgroup)
+	}
+	if code := n.stop(); code != 0 {
+		t.Errorf("nodeinit exited %d after TERM, want 0", code)
+	}
+}
+
+func TestMissingCgroupWithRequireCgroupIsFatal(t *testing.T) {
+	id := randomID(t)
+	n := startNode(t, []string{cgroups.EnvMesosDirectory + "=/x/runs/" + id}, "--require-cgroup")
+	if code := n.wait(); code != 1 {
+		t.Errorf("nodeinit exited %d, want 1; log:\n%s", code, n.log())
+	}
+	if exists(n.path("executor.json")) || exists(n.path("proxy.json")) {
+		t.Error("a task started although the cgroup is required and missing")
+	}
+	if !strings.Contains(n.log(), "exists in none of the mounted hierarchies") {
+		t.Errorf("the failure does not say why; log:\n%s", n.log())
+	}
+}
