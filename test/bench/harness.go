@@ -67,7 +67,15 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 		name string
 		run  func(*contender) error
 	}
-	steps := []step{{wStart, b.startToExit}, {wReap, b.reaping}, {wSignal, b.signalLatency}, {"shutdown", b.shutdown}}
+	steps := []step{{"start-to-exit", b.startToExit}, {"reaping", b.reaping}, {"signal", b.signalLatency}, {"shutdown", b.shutdown}}
+	known := []string{"start-to-exit", "reaping", "signal", "shutdown", "idle", "size"}
+	for _, s := range cfg.steps {
+		if !slices.Contains(known, s) {
+			return nil, fmt.Errorf("unknown workload %q: want one of %v", s, known)
+		}
+	}
+	want := func(name string) bool { return len(cfg.steps) == 0 || slices.Contains(cfg.steps, name) }
+	steps = slices.DeleteFunc(steps, func(s step) bool { return !want(s.name) })
 	for round := range cfg.rounds {
 		// Each round starts with the next init, so none is always first
 		// after a pause or always last when the machine is warm.
@@ -81,6 +89,9 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 			}
 		}
 	}
+	if !want("idle") {
+		cfg.idleRounds = 0
+	}
 	for round := range cfg.idleRounds {
 		fmt.Fprintf(progress, "idle %d/%d: %s\n", round+1, cfg.idleRounds, cfg.idle)
 		if err := b.idle(rotate(inits, round)); err != nil {
@@ -88,6 +99,9 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 		}
 	}
 	for _, c := range inits {
+		if !want("size") {
+			break
+		}
 		if err := b.size(c); err != nil {
 			return nil, err
 		}

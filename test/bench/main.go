@@ -24,6 +24,7 @@ func main() {
 	flag.StringVar(&cfg.nodeinit, "nodeinit", "bin/nodeinit", "the nodeinit binary to measure")
 	short := flag.Bool("short", false, "a few rounds and a short idle window: checks that everything runs, not the targets")
 	only := flag.String("only", "", "comma-separated inits to measure (default: all)")
+	steps := flag.String("workloads", "", "comma-separated workloads to run: start-to-exit, reaping, signal, shutdown, idle, size (default: all)")
 	flag.IntVar(&cfg.rounds, "rounds", 0, "rounds (default: 10, or 2 with -short)")
 	flag.DurationVar(&cfg.idle, "idle", 0, "idle window per idle round (default: 60s, or 2s with -short)")
 	flag.Parse()
@@ -32,6 +33,9 @@ func main() {
 	}
 	if *only != "" {
 		cfg.only = strings.Split(*only, ",")
+	}
+	if *steps != "" {
+		cfg.steps = strings.Split(*steps, ",")
 	}
 	res, err := measure(cfg, os.Stderr)
 	if err != nil {
@@ -45,6 +49,7 @@ func main() {
 type config struct {
 	nodeinit   string
 	only       []string
+	steps      []string      // workloads to run; all when empty
 	rounds     int           // rounds of the per-init workloads
 	starts     int           // start-to-exit runs per init and round
 	orphans    int           // orphans per reaping run
