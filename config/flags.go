@@ -252,15 +252,18 @@ func (f *Flags) usageError(errs []FieldError, given map[string]bool) error {
 		if field == "executor.path" || field == "executor.args" {
 			return &UsageError{"invalid EXECUTOR command: " + e.Error()}
 		}
-		flag := f.flagOf(field)
-		if flag == "" {
+		flag, detail := f.flagOf(field), f.flagNames(e.Detail)
+		if !given[field] {
+			// The flag given is the other one: blame it, and show the value
+			// it conflicts with.
+			detail = fmt.Sprintf("--%s (%v) %s", flag, e.BadValue, detail)
 			flag = f.flagOf(e.related)
 		}
-		value := renderValue(e.BadValue)
-		if e.BadValue == nil {
-			value = strconv.Quote(f.fs.Lookup(flag).Value.String())
+		value := strconv.Quote(f.fs.Lookup(flag).Value.String())
+		if e.BadValue != nil && given[field] {
+			value = renderValue(e.BadValue)
 		}
-		return &UsageError{fmt.Sprintf("invalid argument %s for %q flag: %s", value, "--"+flag, f.flagNames(e.Detail))}
+		return &UsageError{fmt.Sprintf("invalid argument %s for %q flag: %s", value, "--"+flag, detail)}
 	}
 	return nil
 }

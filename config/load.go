@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -157,7 +158,14 @@ func jsonFields(t reflect.Type) map[string]reflect.StructField {
 	return m
 }
 
+// join appends a key to a field path, quoting keys that are not plain names
+// so that an empty or dotted key still shows.
 func join(path, name string) string {
+	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
+	}) {
+		name = strconv.Quote(name)
+	}
 	if path == "" {
 		return name
 	}

@@ -66,7 +66,7 @@ func (c *Config) Validate() []FieldError {
 	v.nonNegative("logging.v", int64(c.Logging.V))
 
 	if c.MountNamespace.Private && c.MountNamespace.MakeRShared {
-		v.errs = append(v.errs, FieldError{Type: ErrorTypeForbidden, Field: "mountNamespace.makeRShared",
+		v.errs = append(v.errs, FieldError{Type: ErrorTypeForbidden, Field: "mountNamespace.makeRShared", BadValue: true,
 			Detail:  "may not be combined with mountNamespace.private: a private namespace cannot share its mounts",
 			related: "mountNamespace.private"})
 	}
