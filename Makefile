@@ -24,8 +24,8 @@ helpers: ## the demo executor and proxy, and the test helper programs
 test: ## every test; root tests need root (CI=true fails instead of skipping)
 	$(GO) test -count=1 ./...
 
-test-race: ## every test under the race detector
-	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+test-race: ## every test, short, under the race detector, with a race-built nodeinit in the integration tests
+	CGO_ENABLED=1 NODEINIT_RACE=1 $(GO) test -race -short -count=1 ./...
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files -o --exclude-standard '*.go')); \

@@ -53,7 +53,7 @@ func forEachMode(t *testing.T, f func(t *testing.T, m mode)) {
 // binaries builds nodeinit and the task helper.
 func binaries(t *testing.T) (nodeinit, task string) {
 	t.Helper()
-	return testenv.Build(t, "./cmd/nodeinit"), testenv.Build(t, "./test/helpers/task")
+	return testenv.BuildRaced(t, "./cmd/nodeinit"), testenv.Build(t, "./test/helpers/task")
 }
 
 // instance is one running nodeinit.

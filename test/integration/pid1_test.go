@@ -239,21 +239,16 @@ func TestProxyRespawnsWithGrowingDelays(t *testing.T) {
 		}
 		data, err := os.ReadFile(starts)
 		must(t, err)
-		var at []time.Time
-		for _, l := range strings.Fields(string(data)) {
-			ns, _ := strconv.ParseInt(l, 10, 64)
-			at = append(at, time.Unix(0, ns))
+		at := startTimes(data)
+		// Starts at about 0, 0.1, 0.3, 0.7, 1.1, 1.5, 1.9 s; fewer on a
+		// loaded machine, never more.
+		if len(at) < 4 || len(at) > 7 {
+			t.Fatalf("%d proxy starts in 2.2s, want 4 to 7 with a 100ms..400ms backoff", len(at))
 		}
-		// Starts at about 0, 0.1, 0.3, 0.7, 1.1, 1.5, 1.9 s.
-		if len(at) < 5 || len(at) > 8 {
-			t.Fatalf("%d proxy starts in 2.2s, want 5 to 8 with a 100ms..400ms backoff", len(at))
-		}
-		want := []time.Duration{100, 200, 400, 400, 400, 400, 400}
+		want := []time.Duration{100, 200, 400, 400, 400, 400}
 		for k := 1; k < len(at); k++ {
-			gap := at[k].Sub(at[k-1])
-			w := want[k-1] * time.Millisecond
-			if gap < w || gap > w+150*time.Millisecond {
-				t.Errorf("restart %d came %v after the previous start, want about %v", k, gap, w)
+			if gap, w := at[k].Sub(at[k-1]), want[k-1]*time.Millisecond; gap < w {
+				t.Errorf("restart %d came %v after the previous start, want at least %v", k, gap, w)
 			}
 		}
 	})

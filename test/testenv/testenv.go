@@ -71,9 +71,24 @@ func ModuleRoot(tb testing.TB) string {
 // Cleanup removes; call it from TestMain.
 func Build(tb testing.TB, pkg string) string {
 	tb.Helper()
+	return build(tb, pkg, false)
+}
+
+// BuildRaced is Build with the race detector compiled in when the tests run
+// with NODEINIT_RACE=1 (make test-race), so that the binary under test is
+// checked too, not only the test process. Such a binary needs cgo and is not
+// static: use Build for anything copied into an image.
+func BuildRaced(tb testing.TB, pkg string) string {
+	tb.Helper()
+	return build(tb, pkg, os.Getenv("NODEINIT_RACE") == "1")
+}
+
+func build(tb testing.TB, pkg string, race bool) string {
+	tb.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if p, ok := built[pkg]; ok {
+	key := fmt.Sprintf("%s race=%v", pkg, race)
+	if p, ok := built[key]; ok {
 		return p
 	}
 	if buildDir == "" {
@@ -84,13 +99,20 @@ func Build(tb testing.TB, pkg string) string {
 		buildDir = d
 	}
 	out := filepath.Join(buildDir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	args := []string{"build", "-o", out}
+	env := append(os.Environ(), "CGO_ENABLED=0")
+	if race {
+		out += "-race"
+		args = []string{"build", "-race", "-o", out}
+		env = append(os.Environ(), "CGO_ENABLED=1")
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = ModuleRoot(tb)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = env
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("go build %s: %v\n%s", pkg, err, msg)
 	}
-	built[pkg] = out
+	built[key] = out
 	return out
 }
 

@@ -1,0 +1,223 @@
+package integration
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
+)
+
+// 20,000 orphans made as fast as possible while the executor runs: none is
+// left as a zombie, and the executor's status still comes through.
+func TestForkStormLeavesNoZombie(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, task := binaries(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	i := start(t, asPID1, "--run-proxy=false", "--", task, "--orphans=20000", "--ready="+ready, "--exit=4")
+	waitFor(t, 60*time.Second, "orphans made", func() bool { return exists(ready) })
+	waitFor(t, 10*time.Second, "no zombie left", func() bool { return len(zombieChildren(i.cmd.Process.Pid)) == 0 })
+	i.signal(syscall.SIGTERM)
+	if got := i.wait(10 * time.Second); got != 4 {
+		t.Fatalf("exit %d, want 4", got)
+	}
+}
+
+// A burst of 10,000 mixed signals, then TERM: nodeinit survives the burst
+// and still shuts down gracefully with the executor's status.
+func TestSignalStormThenGracefulShutdown(t *testing.T) {
+	_, task := binaries(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := t.TempDir()
+		ex, px := filepath.Join(dir, "executor"), filepath.Join(dir, "proxy")
+		i := start(t, m, "--proxy-path="+task, "--proxy-arg=--ready="+px+".ready",
+			"--", task, "--record="+ex+".rec", "--ready="+ex+".ready", "--exit=6")
+		waitFor(t, 10*time.Second, "tasks ready", func() bool { return exists(ex+".ready") && exists(px+".ready") })
+		storm := []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCHLD}
+		for n := 0; n < 10000; n++ {
+			must(t, syscall.Kill(i.cmd.Process.Pid, storm[n%len(storm)]))
+		}
+		if !i.running() {
+			t.Fatalf("nodeinit died in the storm; log:\n%s", lastLines(i.log(), 10))
+		}
+		i.signal(syscall.SIGTERM)
+		if got := i.wait(15 * time.Second); got != 6 {
+			t.Fatalf("exit %d after the storm and TERM, want the executor's 6", got)
+		}
+		recs := readRecord(t, ex+".rec")
+		if len(recs) == 0 || recs[len(recs)-1].name != "TERM" {
+			t.Errorf("executor's last signal is not TERM: %s", names(recs[max(0, len(recs)-5):]))
+		}
+		if strings.Contains(i.log(), "Restarted task") {
+			t.Errorf("the storm made the proxy restart")
+		}
+	})
+}
+
+// Many runs in which the executor, the proxy and hundreds of orphans all
+// end in the same instant: the exit code is never wrong or lost.
+func TestExitStatusSurvivesSimultaneousDeaths(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, task := binaries(t)
+	runs := 1000
+	if testing.Short() { // make test-race: the race-built binary is slower
+		runs = 100
+	}
+	for n := 0; n < runs; n++ {
+		code := n % 256
+		i := start(t, asPID1, "--proxy-path="+task, "--proxy-arg=--lifetime=15ms", "--proxy-arg=--exit=1",
+			"--", task, "--orphans=100", "--lifetime=15ms", "--exit="+strconv.Itoa(code))
+		if got := i.wait(20 * time.Second); got != code {
+			t.Fatalf("run %d: exit %d, want %d; log:\n%s", n, got, code, i.log())
+		}
+	}
+}
+
+// A proxy that exits at once keeps being restarted, no faster than the
+// backoff allows, and the executor is untouched.
+func TestProxyCrashLoopFollowsBackoff(t *testing.T) {
+	_, task := binaries(t)
+	dir := t.TempDir()
+	starts, ex := filepath.Join(dir, "starts"), filepath.Join(dir, "executor")
+	i := start(t, asSubreaper, "--proxy-path="+task, "--proxy-arg=--starts="+starts, "--proxy-arg=--lifetime=1ns", "--proxy-arg=--exit=3",
+		"--proxy-restart-backoff=20ms", "--proxy-restart-backoff-max=160ms",
+		"--", task, "--record="+ex+".rec", "--report="+ex+".json")
+	window := 3 * time.Second
+	time.Sleep(window)
+	i.signal(syscall.SIGTERM)
+	if got := i.wait(10 * time.Second); got != 0 {
+		t.Fatalf("exit %d", got)
+	}
+	data, err := os.ReadFile(starts)
+	must(t, err)
+	at := startTimes(data)
+	// 20+40+80 ms, then every 160 ms: at most 3 + (3000-140)/160 + 1 starts.
+	most := 3 + int((window-140*time.Millisecond)/(160*time.Millisecond)) + 1
+	if len(at) > most || len(at) < 5 {
+		t.Errorf("%d proxy starts in %v, want 5 to %d", len(at), window, most)
+	}
+	want := []time.Duration{20, 40, 80}
+	for k := 1; k < len(at); k++ {
+		w := 160 * time.Millisecond
+		if k <= len(want) {
+			w = want[k-1] * time.Millisecond
+		}
+		if gap := at[k].Sub(at[k-1]); gap < w {
+			t.Errorf("restart %d came %v after the previous start, sooner than the backoff's %v", k, gap, w)
+		}
+	}
+	if recs := readRecord(t, ex+".rec"); names(recs) != "TERM" {
+		t.Errorf("the crash loop reached the executor: it got %q", names(recs))
+	}
+	if c := strings.Count(i.log(), `task="executor"`); c != 1 {
+		t.Errorf("executor started %d times", c)
+	}
+}
+
+// startTimes parses a task's --starts file.
+func startTimes(data []byte) []time.Time {
+	var at []time.Time
+	for _, l := range strings.Fields(string(data)) {
+		ns, _ := strconv.ParseInt(l, 10, 64)
+		at = append(at, time.Unix(0, ns))
+	}
+	return at
+}
+
+func countLines(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	n := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		n++
+	}
+	return n
+}
+
+// With pids.max reached, the proxy's respawn fails with EAGAIN: nodeinit
+// keeps running, retries on its backoff, and recovers once pids free up.
+func TestPidExhaustionIsRetriedWithBackoff(t *testing.T) {
+	testenv.RequireRoot(t)
+	pidsRoot := pidsHierarchy(t)
+	cg := filepath.Join(pidsRoot, fmt.Sprintf("nodeinit-test-%d", os.Getpid()))
+	must(t, os.Mkdir(cg, 0o755))
+	t.Cleanup(func() {
+		// Whatever is left dies with the test's nodeinit; then remove.
+		for k := 0; k < 100 && os.Remove(cg) != nil; k++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	nodeinit, task := binaries(t)
+	dir := t.TempDir()
+	starts := filepath.Join(dir, "starts")
+	out, err := os.Create(filepath.Join(dir, "log"))
+	must(t, err)
+	defer out.Close()
+	// Join the cgroup before exec, so nodeinit and its children count.
+	cmd := exec.Command("/bin/sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
+		nodeinit, "--proxy-path="+task, "--proxy-arg=--starts="+starts, "--proxy-arg=--lifetime=50ms",
+		"--proxy-restart-backoff=50ms", "--proxy-restart-backoff-max=100ms", "--", task)
+	cmd.Stdout, cmd.Stderr = out, out
+	must(t, cmd.Start())
+	defer cmd.Process.Kill()
+	waitFor(t, 10*time.Second, "first proxy start", func() bool { return exists(starts) })
+
+	// No new task may be made in the cgroup now: every respawn fails.
+	must(t, os.WriteFile(filepath.Join(cg, "pids.max"), []byte("1"), 0o644))
+	logPath := out.Name()
+	waitFor(t, 10*time.Second, "respawns refused", func() bool {
+		b, _ := os.ReadFile(logPath)
+		return strings.Count(string(b), "resource temporarily unavailable") >= 3
+	})
+	before := countLines(t, starts)
+	must(t, os.WriteFile(filepath.Join(cg, "pids.max"), []byte("max"), 0o644))
+	waitFor(t, 10*time.Second, "proxy started again", func() bool { return countLines(t, starts) > before })
+
+	must(t, cmd.Process.Signal(syscall.SIGTERM))
+	if err := cmd.Wait(); err != nil {
+		b, _ := os.ReadFile(logPath)
+		t.Fatalf("nodeinit: %v; log:\n%s", err, lastLines(string(b), 15))
+	}
+}
+
+// pidsHierarchy returns the directory of a cgroup in which a pids limit can
+// be set: the v1 pids hierarchy, or the v2 root when it delegates pids.
+func pidsHierarchy(t *testing.T) string {
+	t.Helper()
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	var v2 string
+	for _, line := range strings.Split(string(mounts), "\n") {
+		parts := strings.SplitN(line, " - ", 2)
+		if len(parts) != 2 {
+			continue
+		}
+		pre, post := strings.Fields(parts[0]), strings.Fields(parts[1])
+		if len(pre) < 5 || len(post) < 3 {
+			continue
+		}
+		switch {
+		case post[0] == "cgroup" && strings.Contains(","+post[2]+",", ",pids,"):
+			return pre[4]
+		case post[0] == "cgroup2" && v2 == "":
+			v2 = pre[4]
+		}
+	}
+	if v2 != "" {
+		sub, _ := os.ReadFile(filepath.Join(v2, "cgroup.subtree_control"))
+		if strings.Contains(string(sub), "pids") {
+			return v2
+		}
+	}
+	testenv.Require(t, false, "needs a cgroup hierarchy with the pids controller")
+	return ""
+}
