@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -121,23 +122,30 @@ func failure(require bool, err error) error {
 	if require {
 		return fmt.Errorf("cgroup: %w", err)
 	}
-	klog.Warningf("cgroup: %v; staying in the current cgroup", err)
+	klog.Warningf("cgroup: %v; carrying on in the current cgroups", err)
 	return nil
 }
 
 // join moves this process into cgroup in every hierarchy where it exists,
-// then verifies the move in /proc/self/cgroup.
+// then verifies the move in /proc/self/cgroup. It tries every hierarchy even
+// when one fails, so that the error can say where nodeinit is now.
 func join(l Layout, cgroup, leaf string) (map[string]string, error) {
 	if l.Mode() == NoCgroups {
 		return nil, errors.New("no cgroup filesystem is mounted (no cgroup or cgroup2 line in /proc/self/mountinfo)")
 	}
 	steps := PlanJoin(l, "/", cgroup, leaf)
-	var found []Step
+	var found, missing []Step
 	for _, s := range steps {
 		if s.Missing == "" {
 			found = append(found, s)
-			continue
+		} else {
+			missing = append(missing, s)
 		}
+	}
+	if len(found) == 0 {
+		return nil, fmt.Errorf("cgroup %s exists in none of the mounted hierarchies (%s)", cgroup, names(l))
+	}
+	for _, s := range missing {
 		// Mesos on a hybrid host makes its cgroups in v1 only: not
 		// finding it in the unified hierarchy there is expected.
 		if s.Hierarchy.Unified && l.Mode() == Hybrid {
@@ -146,21 +154,14 @@ func join(l Layout, cgroup, leaf string) (map[string]string, error) {
 			klog.Warningf("%s; staying in %s there", s.Missing, s.Hierarchy.Current)
 		}
 	}
-	if len(found) == 0 {
-		return nil, fmt.Errorf("cgroup %s exists in none of the mounted hierarchies (%s)", cgroup, names(l))
-	}
-	pid := os.Getpid()
-	for _, s := range found {
-		if s.CreateLeaf {
-			if err := os.Mkdir(s.Dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-				return nil, fmt.Errorf("create the v2 leaf cgroup %s: %w", s.Cgroup, err)
-			}
-		}
-		if err := occgroups.WriteCgroupProc(s.Dir, pid); err != nil {
-			return nil, fmt.Errorf("join cgroup %s in the %s hierarchy: %w", s.Cgroup, s.Hierarchy.Name(), err)
-		}
-	}
 
+	pid := os.Getpid()
+	var failed []string
+	for _, s := range found {
+		if err := enter(s, pid); err != nil {
+			failed = append(failed, err.Error())
+		}
+	}
 	own, err := occgroups.ParseCgroupFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, fmt.Errorf("verify the cgroup move: %w", err)
@@ -169,13 +170,41 @@ func join(l Layout, cgroup, leaf string) (map[string]string, error) {
 	joined := map[string]string{}
 	for _, s := range found {
 		name := s.Hierarchy.Name()
-		if now[name] != s.Cgroup {
-			return nil, fmt.Errorf("wrote pid %d into cgroup %s of the %s hierarchy, but /proc/self/cgroup shows %q", pid, s.Cgroup, name, now[name])
+		if now[name] == s.Cgroup {
+			joined[name] = s.Cgroup
+		} else if len(failed) == 0 {
+			failed = append(failed, fmt.Sprintf("wrote pid %d into cgroup %s of the %s hierarchy, but /proc/self/cgroup shows %q", pid, s.Cgroup, name, now[name]))
 		}
-		joined[name] = s.Cgroup
+	}
+	if len(failed) > 0 {
+		return joined, fmt.Errorf("%s (now in %s)", strings.Join(failed, "; "), describe(l, now))
 	}
 	klog.Infof("joined cgroup %s: now in %s", cgroup, describe(l, now))
 	return joined, nil
+}
+
+// enter moves pid into the cgroup of one step, creating the v2 leaf first
+// when the plan needs it.
+func enter(s Step, pid int) error {
+	if s.CreateLeaf {
+		if err := os.Mkdir(s.Dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create the v2 leaf cgroup %s: %w", s.Cgroup, err)
+		}
+	}
+	err := occgroups.WriteCgroupProc(s.Dir, pid)
+	if err == nil {
+		return nil
+	}
+	hint := ""
+	if errors.Is(err, unix.ENOSPC) && slices.Contains(s.Hierarchy.Controllers, "cpuset") {
+		hint = " (its cpuset.cpus or cpuset.mems is empty)"
+	}
+	// WriteCgroupProc says "failed to write <pid>: <path error>": keep the
+	// path error, which names the file.
+	if inner := errors.Unwrap(err); inner != nil {
+		err = inner
+	}
+	return fmt.Errorf("join cgroup %s in the %s hierarchy: %w%s", s.Cgroup, s.Hierarchy.Name(), err, hint)
 }
 
 // EvacuateByDefault is the auto value of --cgroup-v2-evacuate: true when

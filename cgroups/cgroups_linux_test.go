@@ -378,7 +378,7 @@ func TestSetupWithAMissingCgroup(t *testing.T) {
 		if r.Err != "" {
 			t.Fatalf("Setup failed without --require-cgroup: %s", r.Err)
 		}
-		if !strings.Contains(log, "exists in none of the mounted hierarchies") || !strings.Contains(log, "staying in the current cgroup") {
+		if !strings.Contains(log, "exists in none of the mounted hierarchies") || !strings.Contains(log, "carrying on in the current cgroups") {
 			t.Errorf("no warning about the missing cgroup:\n%s", log)
 		}
 		own := cgroupLines(r.Cgroup)
@@ -571,5 +571,56 @@ func TestEvacuationOfAReadOnlyCgroupfsWarns(t *testing.T) {
 	}
 	if got := cgroupLines(r.Cgroup)[""]; got != "/" {
 		t.Errorf("PID 1 in %q, want it still at the root", got)
+	}
+}
+
+func TestSetupReportsAHierarchyItCouldNotJoin(t *testing.T) {
+	testenv.RequireRoot(t)
+	l := liveLayout(t)
+	var cpuset Hierarchy
+	for _, h := range l.Hierarchies {
+		if slices.Contains(h.Controllers, "cpuset") {
+			cpuset = h
+		}
+	}
+	if cpuset.Mountpoint == "" {
+		t.Skip("no v1 cpuset hierarchy on this host: joining cannot fail this way here")
+	}
+	id := randomID(t)
+	cgroup := "/mesos/" + id
+	for _, h := range l.Hierarchies {
+		if h.Name() != cpuset.Name() {
+			makeCgroup(t, h, cgroup)
+		}
+	}
+	// A cpuset cgroup without cpus: the kernel refuses every process.
+	dir := makeCgroup(t, cpuset, cgroup)
+	if err := os.WriteFile(filepath.Join(dir, "cpuset.cpus"), []byte("\n"), 0o644); err != nil {
+		t.Fatalf("empty the cpus of %s: %v", dir, err)
+	}
+	env := []string{EnvMesosDirectory + "=/x/runs/" + id}
+
+	r, log := runHelper(t, "setup", env)
+	want := "join cgroup " + cgroup + " in the cpuset hierarchy: write " + dir + "/cgroup.procs: no space left on device (its cpuset.cpus or cpuset.mems is empty)"
+	if r.Err != "" || !strings.Contains(log, want) {
+		t.Errorf("error %q; log does not say %q:\n%s", r.Err, want, log)
+	}
+	own := cgroupLines(r.Cgroup)
+	for _, h := range l.Hierarchies {
+		got, _ := controllerLine(own, h)
+		switch {
+		case h.Name() == cpuset.Name() && got != h.Current:
+			t.Errorf("cpuset: helper in %q, want it left in %q", got, h.Current)
+		case h.Name() != cpuset.Name() && got != cgroup:
+			t.Errorf("%s: helper in %q, want %s", h.Name(), got, cgroup)
+		}
+	}
+	if _, ok := r.Result.Joined[cpuset.Name()]; ok || len(r.Result.Joined) != len(l.Hierarchies)-1 {
+		t.Errorf("result joined %v", r.Result.Joined)
+	}
+
+	r, _ = runHelper(t, "setup", append(env, envRequire+"=true"))
+	if !strings.HasPrefix(r.Err, "cgroup: "+want) {
+		t.Errorf("with Require: error %q, want it to start with %q", r.Err, "cgroup: "+want)
 	}
 }
