@@ -470,7 +470,7 @@ func TestSetupUsesTheLeafBelowAV2CgroupThatEnablesControllers(t *testing.T) {
 // startInV2Namespace starts the namespace-root helper as PID 1 of new pid,
 // mount and cgroup namespaces whose cgroup root is a new cgroup of the
 // unified hierarchy, and returns its report and log.
-func startInV2Namespace(t *testing.T, env ...string) (report, string, string) {
+func startInV2Namespace(t *testing.T, prepare func(h Hierarchy, nsRoot string), env ...string) (report, string, string) {
 	t.Helper()
 	unshare := testenv.RequireTool(t, "unshare")
 	l := liveLayout(t)
@@ -478,7 +478,11 @@ func startInV2Namespace(t *testing.T, env ...string) (report, string, string) {
 	testenv.Require(t, ok, "the cgroup v2 unified hierarchy mounted")
 	root, ctrl := availableController(t, h)
 	enableController(t, root, ctrl)
-	nsRoot := makeCgroup(t, h, "/"+randomID(t))
+	nsRootCgroup := "/" + randomID(t)
+	nsRoot := makeCgroup(t, h, nsRootCgroup)
+	if prepare != nil {
+		prepare(h, nsRootCgroup)
+	}
 	back, ok := h.Dir("/", h.Current)
 	if !ok {
 		t.Fatal("the unified mount does not show this test's own cgroup")
@@ -531,7 +535,7 @@ func startInV2Namespace(t *testing.T, env ...string) (report, string, string) {
 
 func TestEvacuationOfAV2NamespaceRoot(t *testing.T) {
 	testenv.RequireRoot(t)
-	r, log, ctrl := startInV2Namespace(t, envChildren+"=2")
+	r, log, ctrl := startInV2Namespace(t, nil, envChildren+"=2")
 	if r.Err != "" {
 		t.Fatalf("Setup: %s\nlog:\n%s", r.Err, log)
 	}
@@ -559,7 +563,7 @@ func TestEvacuationOfAV2NamespaceRoot(t *testing.T) {
 
 func TestEvacuationOfAReadOnlyCgroupfsWarns(t *testing.T) {
 	testenv.RequireRoot(t)
-	r, log, _ := startInV2Namespace(t, envChildren+"=1", envReadOnly+"=true")
+	r, log, _ := startInV2Namespace(t, nil, envChildren+"=1", envReadOnly+"=true")
 	if r.Err != "" {
 		t.Fatalf("Setup failed on a read-only cgroupfs: %s", r.Err)
 	}
@@ -622,5 +626,32 @@ func TestSetupReportsAHierarchyItCouldNotJoin(t *testing.T) {
 	r, _ = runHelper(t, "setup", append(env, envRequire+"=true"))
 	if !strings.HasPrefix(r.Err, "cgroup: "+want) {
 		t.Errorf("with Require: error %q, want it to start with %q", r.Err, "cgroup: "+want)
+	}
+}
+
+// On a pure v2 host (here: a fresh cgroup2 mount in a cgroup namespace),
+// PID 1 empties the namespace root and then joins the Mesos cgroup.
+func TestSetupEvacuatesThenJoinsOnAPureV2Host(t *testing.T) {
+	testenv.RequireRoot(t)
+	id := randomID(t)
+	r, log, _ := startInV2Namespace(t, func(h Hierarchy, nsRoot string) {
+		makeCgroup(t, h, nsRoot+"/mesos/"+id)
+	}, envChildren+"=1", EnvMesosContainerName+"=mesos-"+id, envRequire+"=true")
+	if r.Err != "" {
+		t.Fatalf("Setup: %s\nlog:\n%s", r.Err, log)
+	}
+	if !strings.Contains(log, "on cgroup v2") {
+		t.Errorf("the helper did not see a pure v2 host:\n%s", log)
+	}
+	if !r.Result.Evacuated || r.Result.Joined["unified"] != "/mesos/"+id {
+		t.Errorf("result %+v, want evacuated and unified joined at /mesos/%s", r.Result, id)
+	}
+	if got := cgroupLines(r.Cgroup)[""]; got != "/mesos/"+id {
+		t.Errorf("PID 1 in %q, want /mesos/%s", got, id)
+	}
+	for pid, text := range r.Children {
+		if got := cgroupLines(text)[""]; got != EvacuationCgroup {
+			t.Errorf("child %s in %q, want %s", pid, got, EvacuationCgroup)
+		}
 	}
 }
