@@ -1,0 +1,258 @@
+// Package node assembles the command lines and environments of the node's
+// two programs, the executor (the kubelet or a kubelet-executor) and the
+// proxy (kube-proxy), from a config.Config. Everything here is a pure
+// function of its inputs, except LookPath, which reads the filesystem.
+package node
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/nodeinit/nodeinit/config"
+)
+
+// ContainerIDEnv names the executor's environment variable that carries the
+// Mesos container id, as the Mesos executor expects it.
+const ContainerIDEnv = "MESOS_EXECUTOR_CONTAINER_UUID"
+
+// Container is what cgroup discovery found out about the Mesos container
+// nodeinit runs in; the zero value means nothing was found.
+type Container struct {
+	// Cgroup is the container's cgroup path, as the executor's --cgroup-root takes it.
+	Cgroup string
+	// ID is the Mesos container id.
+	ID string
+}
+
+// Command is a program to start: Path as configured (see LookPath), its
+// arguments without argv[0], and its whole environment.
+type Command struct {
+	Path string
+	Args []string
+	Env  []string
+}
+
+// Line is the command line: Path followed by Args (argv for exec).
+func (c Command) Line() []string { return append([]string{c.Path}, c.Args...) }
+
+// Environ is the children's environment: environ (nodeinit's own) with PATH
+// replaced by pathOverride when that is set, and dir/bin appended to PATH
+// either way, so programs shipped next to nodeinit's working directory dir
+// are found.
+func Environ(environ []string, pathOverride, dir string) []string {
+	path := pathOverride
+	if path == "" {
+		path = getenv(environ, "PATH")
+	}
+	bin := filepath.Join(dir, "bin")
+	if path == "" {
+		path = bin
+	} else {
+		path += string(filepath.ListSeparator) + bin
+	}
+	return setenv(environ, "PATH", path)
+}
+
+// Executor is the executor's command: the configured program and arguments
+// and env, plus the container id in its environment and, with
+// executor.containPodResources, --cgroup-root=<the container's cgroup>
+// unless its arguments already set one.
+func Executor(c *config.Config, env []string, ct Container) Command {
+	cmd := Command{Path: c.Executor.Path, Args: append([]string(nil), c.Executor.Args...), Env: env}
+	if ct.ID != "" {
+		cmd.Env = setenv(env, ContainerIDEnv, ct.ID)
+	}
+	if c.Executor.ContainPodResources && ct.Cgroup != "" {
+		if _, set := flagValue(cmd.Args, "cgroup-root"); !set {
+			cmd.Args = insertFlag(cmd.Args, "--cgroup-root="+ct.Cgroup)
+		}
+	}
+	return cmd
+}
+
+// Proxy is the proxy's command: the flags nodeinit's settings translate to,
+// each a single --name=value argument, then proxy.args verbatim, so that
+// where both set a flag, proxy.args wins (kube-proxy takes the last).
+func Proxy(c *config.Config, env []string) Command {
+	p := &c.Proxy
+	var args []string
+	arg := func(name, value string) { args = append(args, "--"+name+"="+value) }
+
+	switch addr := executorAddress(c.Executor.Args); {
+	case p.BindAll:
+		arg("bind-address", "0.0.0.0")
+	case p.BindAddress != "":
+		arg("bind-address", p.BindAddress)
+	case addr != "":
+		arg("bind-address", addr)
+	}
+	arg("v", strconv.Itoa(int(p.LogV)))
+	arg("proxy-mode", p.Mode)
+	if p.Conntrack.MaxPerCore > 0 {
+		arg("conntrack-max-per-core", strconv.Itoa(int(p.Conntrack.MaxPerCore)))
+	}
+	if p.Conntrack.Min > 0 {
+		arg("conntrack-min", strconv.Itoa(int(p.Conntrack.Min)))
+	}
+	if d := p.Conntrack.TCPTimeoutEstablished.Duration; d > 0 {
+		arg("conntrack-tcp-timeout-established", d.String())
+	}
+	if p.Kubeconfig != "" {
+		arg("kubeconfig", p.Kubeconfig)
+	}
+	if p.Master != "" {
+		arg("master", p.Master)
+	}
+	if p.HostnameOverride != "" {
+		arg("hostname-override", strings.ToLower(p.HostnameOverride))
+	}
+	return Command{Path: p.Path, Args: append(args, p.Args...), Env: env}
+}
+
+// executorAddress is the address the executor listens on, when its
+// arguments say: the last --address, else the first IP of the last
+// --node-ip (a dual-stack node lists two; kube-proxy binds one).
+func executorAddress(args []string) string {
+	if a, _ := flagValue(args, "address"); a != "" {
+		return a
+	}
+	ip, _ := flagValue(args, "node-ip")
+	first, _, _ := strings.Cut(ip, ",")
+	return first
+}
+
+// flagValue finds the last value of a flag in args, in the forms
+// --name=value and --name value (one dash too, for Go's flag package),
+// stopping at "--" where a program's own flags end.
+func flagValue(args []string, name string) (value string, set bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			value, set = v, true
+		} else if a == name {
+			set = true
+			if i+1 < len(args) {
+				i++
+				value = args[i]
+			} else {
+				value = ""
+			}
+		}
+	}
+	return value, set
+}
+
+// insertFlag adds a flag after the program's own flags: before a "--" that
+// ends them, or at the end.
+func insertFlag(args []string, flag string) []string {
+	for i, a := range args {
+		if a == "--" {
+			return append(args[:i:i], append([]string{flag}, args[i:]...)...)
+		}
+	}
+	return append(args, flag)
+}
+
+func getenv(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if s, ok := strings.CutPrefix(kv, key+"="); ok {
+			v = s // the last one wins, as for exec
+		}
+	}
+	return v
+}
+
+// setenv returns a copy of env with every key=... replaced by one key=value.
+func setenv(env []string, key, value string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, key+"="+value)
+}
+
+// LookPath finds the program in the PATH of the command's own environment
+// (not nodeinit's: --path-override and $PWD/bin apply to it). A Path with a
+// slash is returned as it is. The error wraps exec.ErrNotFound when nothing
+// is found (exit 127) and fs.ErrPermission when a file of that name exists
+// but is not executable (exit 126).
+func (c Command) LookPath() (string, error) {
+	if strings.Contains(c.Path, "/") {
+		return c.Path, nil
+	}
+	if c.Path == "" {
+		return "", fmt.Errorf("no program named: %w", exec.ErrNotFound)
+	}
+	denied := ""
+	for _, dir := range filepath.SplitList(getenv(c.Env, "PATH")) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, c.Path)
+		fi, err := os.Stat(p)
+		if err != nil || fi.IsDir() {
+			continue
+		}
+		if fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+		if denied == "" {
+			denied = p
+		}
+	}
+	if denied != "" {
+		return "", fmt.Errorf("%s is not executable: %w", denied, fs.ErrPermission)
+	}
+	return "", fmt.Errorf("%s not found in PATH %q: %w", c.Path, getenv(c.Env, "PATH"), exec.ErrNotFound)
+}
+
+// WriteFlags prints each command's line, shell-quoted, one per line: what
+// --write-flags shows.
+func WriteFlags(w io.Writer, cmds ...Command) error {
+	for _, c := range cmds {
+		line := c.Line()
+		for i, s := range line {
+			line[i] = Quote(s)
+		}
+		if _, err := io.WriteString(w, strings.Join(line, " ")+"\n"); err != nil {
+			return fmt.Errorf("write command lines: %w", err)
+		}
+	}
+	return nil
+}
+
+// Quote makes s one word for a POSIX shell: as it is when it holds only
+// characters no shell treats specially, else in single quotes, where a
+// single quote inside is closed, backslash-escaped and reopened.
+func Quote(s string) string {
+	if s == "" {
+		return "''"
+	}
+	safe := true
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("%+,-./:=@_", c)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
