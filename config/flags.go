@@ -36,16 +36,16 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	f := &Flags{fs: fs, values: Default()}
 	fs.SetInterspersed(false)
 
-	fs.StringVar(&f.configFile, "config", "", "read settings from this "+Kind+" file (YAML or JSON); flags given on the command line override it")
+	fs.StringVar(&f.configFile, "config", "", "read settings from this "+Kind+" `FILE` (YAML or JSON); flags given on the command line override it")
 	fs.BoolVar(&f.writeFlags, "write-flags", false, "print the executor's and the proxy's final command lines, shell-quoted, and exit without starting anything")
 
 	// Core.
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Proxy.Run }, "run-proxy", "proxy.run",
 		"run the proxy (kube-proxy) next to the executor, restarting it when it exits")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Path }, "proxy-path", "proxy.path",
-		"the proxy program: a path, or a name looked up in the children's PATH")
+		"the proxy `PROGRAM`: a path, or a name looked up in the children's PATH")
 	add(f, fs.StringArrayVar, func(c *Config) *[]string { return &c.Proxy.Args }, "proxy-arg", "proxy.args",
-		"an argument passed to the proxy verbatim after the ones nodeinit builds (repeat for more; replaces proxy.args of the config file)")
+		"an `ARG` passed to the proxy verbatim after the ones nodeinit builds (repeat for more; replaces proxy.args of the config file)")
 	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.ShutdownGracePeriod.Duration }, "shutdown-grace-period", "shutdownGracePeriod",
 		"how long the executor and the proxy get to exit after TERM before they are killed")
 	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.RestartBackoff.Initial.Duration }, "proxy-restart-backoff", "proxy.restartBackoff.initial",
@@ -59,11 +59,11 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Proxy.BindAll }, "proxy-bindall", "proxy.bindAll",
 		"make the proxy listen on all addresses (--bind-address=0.0.0.0); wins over --proxy-bind-address")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.BindAddress }, "proxy-bind-address", "proxy.bindAddress",
-		"the IP address the proxy listens on (default: the executor's own --address or --node-ip, if it has one)")
+		"the `IP` address the proxy listens on (default: the executor's own --address or --node-ip, if it has one)")
 	add(f, fs.Int32Var, func(c *Config) *int32 { return &c.Proxy.LogV }, "proxy-logv", "proxy.logV",
 		"the proxy's log verbosity, passed as --v")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Mode }, "proxy-mode", "proxy.mode",
-		"the proxy's mode: iptables, ipvs or nftables")
+		"the proxy's `MODE`: iptables, ipvs or nftables")
 	add(f, fs.Int32Var, func(c *Config) *int32 { return &c.Proxy.Conntrack.MaxPerCore }, "conntrack-max-per-core", "proxy.conntrack.maxPerCore",
 		"conntrack entries to allow per CPU core, passed to the proxy (0 leaves the kernel's limit alone)")
 	add(f, fs.Int32Var, func(c *Config) *int32 { return &c.Proxy.Conntrack.Min }, "conntrack-min", "proxy.conntrack.min",
@@ -71,25 +71,25 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.Conntrack.TCPTimeoutEstablished.Duration }, "conntrack-tcp-timeout-established", "proxy.conntrack.tcpTimeoutEstablished",
 		"idle timeout of established TCP connections in conntrack, passed to the proxy (0 leaves it alone)")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Kubeconfig }, "proxy-kubeconfig", "proxy.kubeconfig",
-		"the kubeconfig file the proxy uses to reach the API server")
+		"the kubeconfig `FILE` the proxy uses to reach the API server")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Master }, "master", "proxy.master",
-		"the API server's URL for the proxy (overrides the kubeconfig's)")
+		"the API server's `URL` for the proxy (overrides the kubeconfig's)")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.HostnameOverride }, "hostname-override", "proxy.hostnameOverride",
-		"the node name the proxy uses instead of the host name (lower-cased)")
+		"the node `NAME` the proxy uses instead of the host name (lower-cased)")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.PathOverride }, "path-override", "pathOverride",
-		"PATH for the executor and the proxy instead of nodeinit's own ($PWD/bin is appended either way)")
+		"the `PATH` for the executor and the proxy instead of nodeinit's own ($PWD/bin is appended either way)")
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Executor.ContainPodResources }, "contain-pod-resources", "executor.containPodResources",
 		"keep pods inside this container's cgroup by passing --cgroup-root=<that cgroup> to the executor, unless it has its own")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Logging.Dir }, "log-dir", "logging.dir",
-		"write the executor's and the proxy's output to executor.log and proxy.log in this directory, rotated, instead of stdout")
+		"write the executor's and the proxy's output to executor.log and proxy.log in this `DIR`, rotated, instead of stdout")
 	addValue(f, func(c *Config) *Mebibytes { return &c.Logging.MaxSize }, "max-log-size", "logging.maxSize",
 		"rotate a log file of --log-dir at this size: a quantity like 10Mi or 1Gi, or bytes; rounded to whole MiB")
 	add(f, fs.IntVar, func(c *Config) *int { return &c.Logging.MaxBackups }, "max-log-backups", "logging.maxBackups",
-		"rotated log files to keep per child (0 keeps all)")
+		"the `COUNT` of rotated log files to keep per child (0 keeps all)")
 	add(f, fs.IntVar, func(c *Config) *int { return &c.Logging.MaxAge }, "max-log-age", "logging.maxAge",
-		"days to keep rotated log files (0 keeps them regardless of age)")
+		"`DAYS` to keep rotated log files (0 keeps them regardless of age)")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.ReadyURL }, "ready-url", "readyURL",
-		"with NOTIFY_SOCKET set, report READY=1 only once this URL answers 200 (e.g. the kubelet's http://127.0.0.1:10248/healthz)")
+		"with NOTIFY_SOCKET set, report READY=1 only once this `URL` answers 200 (e.g. the kubelet's http://127.0.0.1:10248/healthz)")
 
 	// Mount namespace and cgroups.
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.MountNamespace.Private }, "private-mountns", "mountNamespace.private",
@@ -97,9 +97,9 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.MountNamespace.MakeRShared }, "make-rshared", "mountNamespace.makeRShared",
 		"make / recursively shared, so mounts made by pods reach the host (cannot be combined with --private-mountns)")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.Parent }, "cgroup-parent", "cgroup.parent",
-		"join this cgroup instead of the discovered Mesos container cgroup")
+		"join this `CGROUP` instead of the discovered Mesos container cgroup")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.MesosPrefix }, "mesos-cgroup-prefix", "cgroup.mesosPrefix",
-		"the first cgroup path element of Mesos containers, used to find this container's cgroup")
+		"the cgroup path `PREFIX` of Mesos containers (their first path element), used to find this container's cgroup")
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Cgroup.Require }, "require-cgroup", "cgroup.require",
 		"fail when the container's cgroup cannot be found or joined, instead of running where nodeinit was started")
 	fs.Var(autoBool{&f.values.Cgroup.V2Evacuate}, "cgroup-v2-evacuate",
@@ -107,7 +107,7 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	fs.Lookup("cgroup-v2-evacuate").NoOptDefVal = "true"
 	bind(f, "cgroup-v2-evacuate", "cgroup.v2Evacuate", func(c *Config) **bool { return &c.Cgroup.V2Evacuate })
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.V2Leaf }, "cgroup-v2-leaf", "cgroup.v2Leaf",
-		"the name of the leaf cgroup nodeinit moves into on cgroup v2")
+		"the `NAME` of the leaf cgroup nodeinit moves into on cgroup v2")
 	return f
 }
 

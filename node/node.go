@@ -1,15 +1,12 @@
 // Package node assembles the command lines and environments of the node's
 // two programs, the executor (the kubelet or a kubelet-executor) and the
 // proxy (kube-proxy), from a config.Config. Everything here is a pure
-// function of its inputs, except LookPath, which reads the filesystem.
+// function of its inputs.
 package node
 
 import (
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,7 +27,7 @@ type Container struct {
 	ID string
 }
 
-// Command is a program to start: Path as configured (see LookPath), its
+// Command is a program to start: Path as configured (see Getenv), its
 // arguments without argv[0], and its whole environment.
 type Command struct {
 	Path string
@@ -187,40 +184,10 @@ func setenv(env []string, key, value string) []string {
 	return append(out, key+"="+value)
 }
 
-// LookPath finds the program in the PATH of the command's own environment
-// (not nodeinit's: --path-override and $PWD/bin apply to it). A Path with a
-// slash is returned as it is. The error wraps exec.ErrNotFound when nothing
-// is found (exit 127) and fs.ErrPermission when a file of that name exists
-// but is not executable (exit 126).
-func (c Command) LookPath() (string, error) {
-	if strings.Contains(c.Path, "/") {
-		return c.Path, nil
-	}
-	if c.Path == "" {
-		return "", fmt.Errorf("no program named: %w", exec.ErrNotFound)
-	}
-	denied := ""
-	for _, dir := range filepath.SplitList(getenv(c.Env, "PATH")) {
-		if dir == "" {
-			continue
-		}
-		p := filepath.Join(dir, c.Path)
-		fi, err := os.Stat(p)
-		if err != nil || fi.IsDir() {
-			continue
-		}
-		if fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-		if denied == "" {
-			denied = p
-		}
-	}
-	if denied != "" {
-		return "", fmt.Errorf("%s is not executable: %w", denied, fs.ErrPermission)
-	}
-	return "", fmt.Errorf("%s not found in PATH %q: %w", c.Path, getenv(c.Env, "PATH"), exec.ErrNotFound)
-}
+// Getenv is a variable of the command's own environment; look the program
+// up in Getenv("PATH"), not in nodeinit's PATH: --path-override and
+// $PWD/bin apply to the children.
+func (c Command) Getenv(key string) string { return getenv(c.Env, key) }
 
 // WriteFlags prints each command's line, shell-quoted, one per line: what
 // --write-flags shows.

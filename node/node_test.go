@@ -1,11 +1,7 @@
 package node
 
 import (
-	"errors"
-	"io/fs"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -227,34 +223,15 @@ kube-proxy --bind-address=10.0.0.5 --v=0 --proxy-mode=iptables --hostname-overri
 	}
 }
 
-func TestLookPathSearchesTheChildsPATH(t *testing.T) {
-	dir := t.TempDir()
-	bin, noexec := filepath.Join(dir, "bin"), filepath.Join(dir, "noexec")
-	for _, d := range []string{bin, noexec, filepath.Join(bin, "adir")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+func TestGetenvReadsTheCommandsEnvironment(t *testing.T) {
+	c := Proxy(cfg(func(*config.Config) {}), Environ([]string{"PATH=/usr/bin", "A=1", "A=2"}, "/opt/bin", "/work"))
+	if got := c.Getenv("PATH"); got != "/opt/bin:/work/bin" {
+		t.Errorf("PATH = %q", got)
 	}
-	if err := os.WriteFile(filepath.Join(bin, "kubelet"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
+	if got := c.Getenv("A"); got != "2" {
+		t.Errorf("A = %q; the last of duplicates counts, as for exec", got)
 	}
-	if err := os.WriteFile(filepath.Join(noexec, "kube-proxy"), []byte("#!/bin/sh\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := Environ([]string{"PATH=" + noexec + "::/nonexistent"}, "", dir)
-
-	if got, err := (Command{Path: "kubelet", Env: env}).LookPath(); err != nil || got != filepath.Join(bin, "kubelet") {
-		t.Errorf("kubelet in $PWD/bin: %q, %v", got, err)
-	}
-	if _, err := (Command{Path: "kube-proxy", Env: env}).LookPath(); !errors.Is(err, fs.ErrPermission) {
-		t.Errorf("not executable: %v; want fs.ErrPermission (exit 126)", err)
-	}
-	for _, name := range []string{"nosuch", "adir", ""} {
-		if _, err := (Command{Path: name, Env: env}).LookPath(); !errors.Is(err, exec.ErrNotFound) {
-			t.Errorf("%q: %v; want exec.ErrNotFound (exit 127)", name, err)
-		}
-	}
-	if got, err := (Command{Path: "./rel/x", Env: env}).LookPath(); err != nil || got != "./rel/x" {
-		t.Errorf("a path with a slash is used as it is: %q, %v", got, err)
+	if got := c.Getenv("NONE"); got != "" {
+		t.Errorf("NONE = %q", got)
 	}
 }
