@@ -50,7 +50,8 @@ type Options struct {
 // Result is what Setup found and did.
 type Result struct {
 	// Cgroup is the discovered cgroup (never the v2 leaf), empty when none
-	// was named: the executor gets it as --cgroup-root.
+	// was named; it is set even when joining it failed (see Joined): the
+	// executor gets it as --cgroup-root.
 	Cgroup string
 	// ContainerID is the Mesos container id, empty when none: the executor
 	// gets it as MESOS_EXECUTOR_CONTAINER_UUID.
@@ -96,6 +97,10 @@ func Setup(opts Options) (Result, error) {
 			klog.Warningf("cgroup v2 root evacuation: %v", err)
 		} else {
 			res.Evacuated = true
+			// This process moved too: what follows must see /init.
+			if moved, err := ReadLayout("/"); err == nil {
+				layout = moved
+			}
 		}
 	}
 

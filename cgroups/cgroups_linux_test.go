@@ -545,6 +545,9 @@ func TestEvacuationOfAV2NamespaceRoot(t *testing.T) {
 	if got := cgroupLines(r.Cgroup)[""]; got != EvacuationCgroup {
 		t.Errorf("PID 1 in %q, want %s", got, EvacuationCgroup)
 	}
+	if !strings.Contains(log, "moved 3 processes of the root cgroup into /init") || !strings.Contains(log, "staying in unified:/init") {
+		t.Errorf("the log does not tell the evacuation:\n%s", log)
+	}
 	if len(r.Children) != 2 {
 		t.Fatalf("%d children reported, want 2", len(r.Children))
 	}
