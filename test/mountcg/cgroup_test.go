@@ -140,3 +140,24 @@ func TestMissingCgroupWithRequireCgroupIsFatal(t *testing.T) {
 		t.Errorf("the failure does not say why; log:\n%s", n.log())
 	}
 }
+
+func TestCgroupParentWinsOverDiscovery(t *testing.T) {
+	id := randomID(t)
+	l := mesosCgroup(t, id)
+	want := "/mesos/" + id
+	n := startNode(t, []string{cgroups.EnvMesosDirectory + "=/x/runs/not-" + id}, "--cgroup-parent="+want)
+	executor, proxy := n.waitReady()
+	for who, text := range map[string]string{"executor": executor.Cgroup, "proxy": proxy.Cgroup} {
+		for _, h := range l.Hierarchies {
+			if got := inHierarchy(text, h); got != want {
+				t.Errorf("%s is in %q of the %s hierarchy, want %s", who, got, h.Name(), want)
+			}
+		}
+	}
+	if !slices.Contains(executor.Args, "--cgroup-root="+want) {
+		t.Errorf("executor args %q lack --cgroup-root=%s", executor.Args, want)
+	}
+	if code := n.stop(); code != 0 {
+		t.Errorf("nodeinit exited %d after TERM, want 0", code)
+	}
+}

@@ -51,17 +51,23 @@ type node struct {
 // executor, and env added to the test's environment.
 func startNode(t *testing.T, env []string, flags ...string) *node {
 	t.Helper()
+	return startNodeWith(t, nil, env, flags...)
+}
+
+// startNodeWith is startNode with more options for unshare.
+func startNodeWith(t *testing.T, unshareOpts, env []string, flags ...string) *node {
+	t.Helper()
 	testenv.RequireRoot(t)
 	unshare := testenv.RequireTool(t, "unshare")
 	nodeinit := testenv.Build(t, "./cmd/nodeinit")
 	task := testenv.Build(t, "./test/helpers/task")
 	n := &node{t: t, dir: t.TempDir(), done: make(chan struct{})}
 
-	args := []string{"--pid", "--fork", "--mount-proc", "--", nodeinit,
-		"--proxy-path=" + task,
-		"--proxy-arg=--report=" + n.path("proxy.json"),
-		"--proxy-arg=--ready=" + n.path("proxy.ready"),
-	}
+	args := append([]string{"--pid", "--fork", "--mount-proc"}, unshareOpts...)
+	args = append(args, "--", nodeinit,
+		"--proxy-path="+task,
+		"--proxy-arg=--report="+n.path("proxy.json"),
+		"--proxy-arg=--ready="+n.path("proxy.ready"))
 	args = append(args, flags...)
 	// The trailing "node" ends the task's own flags, so that what nodeinit
 	// appends for the executor (--cgroup-root) lands in its arguments.

@@ -3,8 +3,11 @@ package mountcg
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/mountns"
 	"github.com/nodeinit/nodeinit/test/testenv"
@@ -84,5 +87,83 @@ func TestPrivateMountnsWithMakeRSharedIsAUsageError(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 2 {
 		t.Errorf("exit %v, want 2; output:\n%s", err, out)
+	}
+}
+
+// sharedTmpfs mounts a tmpfs at a new temporary directory and makes it
+// rshared, so that mounts below it propagate to its peers and slaves.
+func sharedTmpfs(t *testing.T) string {
+	t.Helper()
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("mountcg", dir, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatalf("mount a tmpfs at %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		t.Fatalf("make %s rshared: %v", dir, err)
+	}
+	return dir
+}
+
+func mountedIn(t *testing.T, mountinfo, path string) bool {
+	t.Helper()
+	mounts, err := mountns.ReadMountinfo(mountinfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mounts {
+		if m.Mountpoint == path {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPrivateMountnsReceivesHostMountsAndKeepsItsOwn(t *testing.T) {
+	shared := sharedTmpfs(t)
+	nsenter := testenv.RequireTool(t, "nsenter")
+	// unshare keeps the propagation it copies, so its namespace stays a
+	// peer of the shared tmpfs: it plays the host.
+	n := startNodeWith(t, []string{"--propagation=unchanged"}, nil, "--private-mountns")
+	n.waitReady()
+	pid, ok := n.nodeinitPid()
+	if !ok {
+		t.Fatal("nodeinit's pid not found")
+	}
+	inside := "/proc/" + itoa(pid) + "/mountinfo"
+
+	after := filepath.Join(shared, "after-start")
+	if err := os.Mkdir(after, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("host", after, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(after, unix.MNT_DETACH)
+	if !mountedIn(t, inside, after) {
+		t.Errorf("a host mount at %s made after nodeinit started is not in nodeinit's namespace", after)
+	}
+
+	own := filepath.Join(shared, "own")
+	if err := os.Mkdir(own, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mount := exec.Command(nsenter, "--mount=/proc/"+itoa(pid)+"/ns/mnt", "--", "mount", "-t", "tmpfs", "node", own)
+	if out, err := mount.CombinedOutput(); err != nil {
+		t.Fatalf("mount inside nodeinit's namespace: %v\n%s", err, out)
+	}
+	if !mountedIn(t, inside, own) {
+		t.Fatalf("the mount made inside at %s is not there", own)
+	}
+	if mountedIn(t, "/proc/self/mountinfo", own) || mountedIn(t, "/proc/"+itoa(n.unshare.Process.Pid)+"/mountinfo", own) {
+		t.Errorf("a mount made in nodeinit's namespace at %s leaked out", own)
+	}
+	if code := n.stop(); code != 0 {
+		t.Errorf("nodeinit exited %d after TERM, want 0", code)
 	}
 }
