@@ -167,36 +167,54 @@ func TestMesosDockerContainerizerTaskJoinsItsCgroup(t *testing.T) {
 
 func TestPrivateCgroupNamespaceV2Evacuation(t *testing.T) {
 	e := start(t)
-	// A private v2 cgroup namespace needs podman to run containers on cgroup v2,
-	// which only a host with /sys/fs/cgroup as cgroup2 offers: on a v1 or a
-	// hybrid host (v1 hierarchies, cgroup2 only at /sys/fs/cgroup/unified)
-	// podman runs v1 containers. That is the one case where this test skips.
+	// A node container with its own v2 cgroup namespace: nodeinit is PID 1 at
+	// the namespace root, where the kubelet could not create pod cgroups, so
+	// it moves every process to /init and enables the controllers below the root.
+	_, v2mount := cgroupMounts(t)
 	if version := strings.TrimSpace(e.must(t, "info", "--format", "{{.Host.CgroupsVersion}}")); version != "v2" {
-		t.Skipf("skipped: the host offers cgroup %s to podman, not v2 (/sys/fs/cgroup is not a cgroup2 mount)", version)
+		// A hybrid host has the v2 hierarchy beside the v1 ones: show it to
+		// podman as /sys/fs/cgroup. Only a host without cgroup2 at all cannot
+		// offer v2, the one case where this test skips.
+		if v2mount == "" {
+			t.Skipf("skipped: the host offers podman cgroup %s and has no cgroup2 hierarchy, so no v2 cgroup namespace can be made", version)
+		}
+		e = e.onCgroup2()
+		t.Logf("hybrid host: podman runs on the cgroup2 hierarchy at %s", v2mount)
 	}
-	c := e.runDetached(t, []string{"--privileged", "--cgroupns=private"}, taskNode(nil)...)
+	// --pids-limit=0: podman's default limit needs the pids controller, which
+	// a hybrid host keeps in its v1 hierarchy.
+	c := e.runDetached(t, []string{"--privileged", "--cgroupns=private", "--pids-limit=0"}, taskNode(nil)...)
 	c.waitFile(t, "executor.ready")
 	c.waitFile(t, "proxy.ready")
 
 	for _, task := range []string{"executor", "proxy"} {
-		if got := strings.TrimSpace(readReport(t, c.path(task+".json")).Cgroup); got != "0::/init" {
-			t.Errorf("%s is in cgroup %q, want 0::/init (evacuated from the namespace root)", task, got)
+		if got := v2Line(readReport(t, c.path(task+".json")).Cgroup); got != "/init" {
+			t.Errorf("%s is in cgroup %q of the namespace, want /init (evacuated from the namespace root)", task, got)
 		}
 	}
 	// The container's cgroup, seen from the host, is the parent of nodeinit's /init.
-	line := strings.TrimSpace(readProc(t, c.hostPID(t), "cgroup"))
-	inner, ok := strings.CutPrefix(line, "0::")
-	if !ok || !strings.HasSuffix(inner, "/init") {
-		t.Fatalf("nodeinit's cgroup seen from the host is %q, want <container cgroup>/init", line)
+	inner := v2Line(readProc(t, c.hostPID(t), "cgroup"))
+	if !strings.HasSuffix(inner, "/init") {
+		t.Fatalf("nodeinit's v2 cgroup seen from the host is %q, want <container cgroup>/init", inner)
 	}
-	root := filepath.Join("/sys/fs/cgroup", strings.TrimSuffix(inner, "/init"))
+	root := filepath.Join(v2mount, strings.TrimSuffix(inner, "/init"))
 	available := strings.Fields(readFile(t, filepath.Join(root, "cgroup.controllers")))
 	enabled := strings.Fields(readFile(t, filepath.Join(root, "cgroup.subtree_control")))
 	slices.Sort(available)
 	slices.Sort(enabled)
 	if len(available) == 0 || !slices.Equal(available, enabled) {
-		t.Errorf("the namespace root enables %q for its children, want every available controller %q", enabled, available)
+		t.Errorf("the namespace root %s enables %q for its children, want every available controller %q", root, enabled, available)
 	}
+}
+
+// v2Line is the path of the "0::" line of a /proc/PID/cgroup text, or "".
+func v2Line(procCgroup string) string {
+	for line := range strings.Lines(procCgroup) {
+		if path, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			return path
+		}
+	}
+	return ""
 }
 
 func readFile(t *testing.T, path string) string {

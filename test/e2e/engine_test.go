@@ -23,6 +23,8 @@ type engine struct {
 	dir   string   // configuration, storage, run state: all removed at the end
 	env   []string // the environment every podman command runs with
 	image string   // the images/e2e image, uniquely tagged
+	// wrap, if set, runs each podman command through it (see onCgroup2).
+	wrap []string
 }
 
 // containersConf is podman's whole configuration here. Each setting is one
@@ -111,8 +113,7 @@ func (e *engine) teardown() {
 // podman runs one podman command and returns its stdout. The error carries
 // the exit code (as *exec.ExitError) and stderr.
 func (e *engine) podman(args ...string) (string, error) {
-	cmd := exec.Command("podman", args...)
-	cmd.Env = e.env
+	cmd := e.command(args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -120,6 +121,26 @@ func (e *engine) podman(args ...string) (string, error) {
 		err = fmt.Errorf("podman %s: %w\n%s%s", strings.Join(args, " "), err, stderr.Bytes(), stdout.Bytes())
 	}
 	return stdout.String(), err
+}
+
+// command is a podman command, ready to start.
+func (e *engine) command(args ...string) *exec.Cmd {
+	argv := append(append(append([]string(nil), e.wrap...), "podman"), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = e.env
+	return cmd
+}
+
+// onCgroup2 returns the engine seen through a mount namespace whose
+// /sys/fs/cgroup is the host's cgroup2 hierarchy. On a hybrid host (v1
+// hierarchies, cgroup2 beside them) podman then runs containers on cgroup v2,
+// as on a v2 host. Every podman command gets a namespace of its own, all with
+// the same view; conmon stays in the one of the command that started it.
+func (e *engine) onCgroup2() *engine {
+	v2 := *e
+	v2.wrap = []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
+		`mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$@"`, "sh"}
+	return &v2
 }
 
 // must runs a podman command that has to succeed.

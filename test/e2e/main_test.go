@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -120,8 +119,8 @@ func (c *container) waitFile(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	cmd := exec.Command("podman", "wait", c.name)
-	cmd.Env, cmd.Stdout = c.e.env, w
+	cmd := c.e.command("wait", c.name)
+	cmd.Stdout = w
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +142,7 @@ func (c *container) waitFile(t *testing.T, name string) {
 // logs is `podman logs`: the container's stdout and stderr.
 func (c *container) logs(t *testing.T) string {
 	t.Helper()
-	cmd := exec.Command("podman", "logs", c.name)
-	cmd.Env = c.e.env
-	out, err := cmd.CombinedOutput()
+	out, err := c.e.command("logs", c.name).CombinedOutput()
 	if err != nil {
 		t.Fatalf("podman logs %s: %v\n%s", c.name, err, out)
 	}
