@@ -188,11 +188,7 @@ func (f *Flags) Resolve(args []string) (Config, error) {
 	}
 	withArgs(&c)
 
-	errs := f.syncKlog(&c)
-	if c.Executor.Path == "" {
-		return Config{}, &UsageError{"no EXECUTOR given: name the program to run after nodeinit's flags, or as executor.path in the --config file"}
-	}
-	errs = append(errs, c.Validate()...)
+	errs := append(f.syncKlog(&c), c.Validate()...)
 	if err := f.usageError(errs, given); err != nil {
 		return Config{}, err
 	}
@@ -201,6 +197,9 @@ func (f *Flags) Resolve(args []string) (Config, error) {
 			return Config{}, &UsageError{errs[0].Error()}
 		}
 		return Config{}, &FileError{File: f.configFile, Fields: errs}
+	}
+	if c.Executor.Path == "" {
+		return Config{}, &UsageError{"no EXECUTOR given: name the program to run after nodeinit's flags, or as executor.path in the --config file"}
 	}
 	return c, nil
 }

@@ -220,6 +220,13 @@ func TestBadFilesAreFileErrors(t *testing.T) {
 		t.Errorf("got %T:\n%v\nwant FileError:\n%s", err, err, want)
 	}
 
+	// Arguments without a program are the file's fault, not a missing EXECUTOR.
+	p = writeFile(t, "args.yaml", header+"executor: {args: [--v=2]}\n")
+	if _, err := parse(t, "--config="+p); !errors.As(err, &fe) ||
+		err.Error() != "Invalid NodeInitConfig "+p+"\n  executor.path: Required value: executor.args are given without the program to run" {
+		t.Errorf("file with executor.args only: %T %v", err, err)
+	}
+
 	// Without kind and apiVersion the file is not a NodeInitConfig.
 	p = writeFile(t, "nokind.yaml", "executor: {path: kubelet}\n")
 	if _, err := parse(t, "--config="+p); !errors.As(err, &fe) || !strings.Contains(err.Error(), "  kind: Required value") {
@@ -242,7 +249,12 @@ func TestTheFilesVerbosityReachesKlog(t *testing.T) {
 		fs.AddGoFlagSet(gofs)
 		return fs, f
 	}
-	t.Cleanup(func() { klog.InitFlags(goflag.NewFlagSet("reset", goflag.ContinueOnError)) })
+	t.Cleanup(func() {
+		gofs := goflag.NewFlagSet("reset", goflag.ContinueOnError)
+		klog.InitFlags(gofs)
+		_ = gofs.Set("v", "0")
+		_ = gofs.Set("vmodule", "")
+	})
 
 	p := writeFile(t, "c.yaml", header+"logging: {v: 3, vmodule: 'supervisor=5'}\n")
 	fs, f := newFlags()
