@@ -40,8 +40,8 @@ func (c Command) Line() []string { return append([]string{c.Path}, c.Args...) }
 
 // Environ is the children's environment: environ (nodeinit's own) with PATH
 // replaced by pathOverride when that is set, and dir/bin appended to PATH
-// either way, so programs shipped next to nodeinit's working directory dir
-// are found.
+// either way; dir is nodeinit's working directory (a Mesos task's sandbox,
+// whose bin holds the programs shipped with the task).
 func Environ(environ []string, pathOverride, dir string) []string {
 	path := pathOverride
 	if path == "" {
