@@ -46,7 +46,10 @@ func main() {
 	orphans := flag.Int("orphans", 0, "make this many orphans that exit at once")
 	fill := flag.Int("fill-stdout", 0, "write this many bytes to stdout in the background (blocks there when nobody reads)")
 	grandchild := flag.Duration("grandchild", 0, "start a TERM-ignoring grandchild in its own session that sleeps this long")
-	flag.Parse()
+	// nodeinit adds flags of its own to the executor's and the proxy's
+	// command lines (--cgroup-root, --v, --proxy-mode, ...): accept and
+	// ignore what is not ours, as a stand-in for the kubelet must.
+	check(flag.CommandLine.Parse(ownFlags(os.Args[1:])))
 
 	sigs := make(chan os.Signal, 1024)
 	signal.Notify(sigs, recorded...)
@@ -112,6 +115,19 @@ loop:
 		time.Sleep(time.Minute) // the signal ends us before this does
 	}
 	os.Exit(*exitCode)
+}
+
+// ownFlags keeps the arguments that name one of task's flags, in the
+// -name=value form, and drops every other.
+func ownFlags(args []string) []string {
+	var own []string
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && flag.Lookup(name) != nil {
+			own = append(own, a)
+		}
+	}
+	return own
 }
 
 // orphanParent forks n children that exit at once, and exits without waiting
