@@ -98,34 +98,66 @@ func (b *bench) signalLatency(c *contender) error {
 	return nil
 }
 
-// shutdown lets the executor exit by itself and times how long the init
-// takes to follow; with a proxy, the proxy exits as soon as it gets TERM.
+// shutdown has the executor exit once everything is up and times how long
+// the init takes to follow; with a proxy, the proxy exits as soon as it gets
+// TERM. The harness tells the executor when, through a second FIFO, so that a
+// slow start on a busy machine cannot cut the proxy's start short.
 func (b *bench) shutdown(c *contender) error {
 	for range b.cfg.shutdowns {
-		fifo := b.h.fifoPath()
-		child := []string{b.h.sleeper, "-stamp", fifo, "-tag", "executor", "-lifetime", "30ms"}
-		proxy := []string{"-stamp=" + fifo, "-tag=proxy"}
-		r, err := b.h.start(c, fifo, child, proxy, runLimit)
-		if err != nil {
+		if err := b.shutdownOnce(c); err != nil {
 			return err
 		}
-		err = r.waitOK()
-		if err != nil {
-			r.close()
-			return err
-		}
-		execExit, err := r.expect("executor-exit", time.Second)
-		last := execExit
-		if err == nil && c.proxy {
-			last, err = r.expect("proxy-exit", time.Second)
-		}
-		r.close()
-		if err != nil {
-			return err
-		}
-		b.add(wShutdown, c, float64(r.end-execExit))
-		b.add(wShutdownLast, c, float64(r.end-last))
 	}
+	return nil
+}
+
+func (b *bench) shutdownOnce(c *contender) error {
+	fifo, ctlPath := b.h.fifoPath(), b.h.fifoPath()
+	if err := syscall.Mkfifo(ctlPath, 0o600); err != nil {
+		return fmt.Errorf("make exit FIFO: %w", err)
+	}
+	defer os.Remove(ctlPath)
+	ctl, err := os.OpenFile(ctlPath, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("open exit FIFO: %w", err)
+	}
+	defer ctl.Close()
+	child := []string{b.h.sleeper, "-stamp", fifo, "-tag", "executor", "-exit-when", ctlPath}
+	proxy := []string{"-stamp=" + fifo, "-tag=proxy"}
+	r, err := b.h.start(c, fifo, child, proxy, runLimit)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	ready := []string{"executor-ready"}
+	if c.proxy {
+		ready = append(ready, "proxy-ready")
+	}
+	for _, tag := range ready {
+		if _, err := r.expect(tag, 30*time.Second); err != nil {
+			r.kill()
+			return err
+		}
+	}
+	if _, err := ctl.Write([]byte{'x'}); err != nil {
+		r.kill()
+		return fmt.Errorf("tell the executor to exit: %w", err)
+	}
+	if err := r.waitOK(); err != nil {
+		return err
+	}
+	execExit, err := r.expect("executor-exit", time.Second)
+	if err != nil {
+		return err
+	}
+	last := execExit
+	if c.proxy {
+		if last, err = r.expect("proxy-exit", time.Second); err != nil {
+			return err
+		}
+	}
+	b.add(wShutdown, c, float64(r.end-execExit))
+	b.add(wShutdownLast, c, float64(r.end-last))
 	return nil
 }
 

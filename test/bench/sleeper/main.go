@@ -1,7 +1,7 @@
 // Command sleeper is a child that does nothing: the executor and proxy of the
 // idle, shutdown and start-to-exit workloads. It sleeps until TERM or INT (or
-// until -lifetime ends) and then exits at once, stamping the moment of its exit
-// on the harness's FIFO when -stamp is given.
+// until the harness writes to the -exit-when FIFO) and then exits at once,
+// stamping the moment of its exit on the harness's FIFO when -stamp is given.
 package main
 
 import (
@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/nodeinit/nodeinit/test/bench/stamp"
 )
@@ -27,7 +26,7 @@ func run() error {
 	pipePath := flag.String("stamp", "", "FIFO to write \"ready\" and \"<tag>-exit\" stamps to")
 	tag := flag.String("tag", "sleeper", "name used in the stamps")
 	children := flag.Int("children", 0, "sleeping child processes to start (they sleep until killed)")
-	lifetime := flag.Duration("lifetime", 0, "exit by itself after this long (0: only on TERM/INT)")
+	exitWhen := flag.String("exit-when", "", "FIFO to block on: exit as soon as the harness writes to it")
 	flag.Parse()
 
 	sig := make(chan os.Signal, 1)
@@ -51,9 +50,17 @@ func run() error {
 	if err := pipe.Send(*tag+"-ready", stamp.Now()); err != nil {
 		return err
 	}
-	var end <-chan time.Time
-	if *lifetime > 0 {
-		end = time.After(*lifetime)
+	end := make(chan struct{})
+	if *exitWhen != "" {
+		ctl, err := os.Open(*exitWhen)
+		if err != nil {
+			return fmt.Errorf("open exit FIFO: %w", err)
+		}
+		go func() {
+			var b [1]byte
+			ctl.Read(b[:])
+			close(end)
+		}()
 	}
 	select {
 	case <-sig:
