@@ -61,6 +61,14 @@ func decode(file string, data []byte) (Config, error) {
 	var errs []FieldError
 	check("", raw, reflect.TypeFor[Config](), &errs)
 	if len(errs) > 0 {
+		// Report the bad values of the fields that are known too, so that
+		// one run lists every bad field: decode again, skipping unknown
+		// fields (a mistyped value stops it; those are listed already).
+		lenient := Default()
+		lenient.Kind, lenient.APIVersion = "", ""
+		if yaml.Unmarshal(data, &lenient) == nil {
+			errs = append(errs, lenient.Validate()...)
+		}
 		return Config{}, &FileError{File: file, Fields: errs}
 	}
 
