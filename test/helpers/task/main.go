@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -44,6 +45,7 @@ func main() {
 	dieBy := flag.String("die-by", "", "end by raising this signal (KILL, SEGV, TERM...) instead of exiting")
 	ignoreTerm := flag.Bool("ignore-term", false, "record TERM and INT but keep running")
 	orphans := flag.Int("orphans", 0, "make this many orphans that exit at once")
+	lines := flag.Int("lines", 0, "write this many numbered lines to stdout at start")
 	fill := flag.Int("fill-stdout", 0, "write this many bytes to stdout in the background (blocks there when nobody reads)")
 	grandchild := flag.Duration("grandchild", 0, "start a TERM-ignoring grandchild in its own session that sleeps this long")
 	// nodeinit adds flags of its own to the executor's and the proxy's
@@ -78,6 +80,13 @@ func main() {
 		cmd := exec.Command("/proc/self/exe", "orphan-parent", strconv.Itoa(*orphans))
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		check(cmd.Run())
+	}
+	if *lines > 0 {
+		w := bufio.NewWriterSize(os.Stdout, 64<<10)
+		for n := 0; n < *lines; n++ {
+			fmt.Fprintf(w, "line %08d of the task's output, padded to be a little longer\n", n)
+		}
+		check(w.Flush())
 	}
 	if *fill > 0 {
 		go func() { _, _ = os.Stdout.Write(make([]byte, *fill)) }()
