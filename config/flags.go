@@ -103,11 +103,11 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Cgroup.Require }, "require-cgroup", "cgroup.require",
 		"fail when the container's cgroup cannot be found or joined, instead of running where nodeinit was started")
 	fs.Var(autoBool{&f.values.Cgroup.V2Evacuate}, "cgroup-v2-evacuate",
-		"on cgroup v2, move nodeinit into a leaf cgroup so controllers can be enabled for its children: true, false or auto (true when nodeinit is PID 1 at the root of a cgroup namespace)")
+		"on cgroup v2, move every process of the cgroup namespace's root into /init and enable all controllers in the root, so the kubelet can create pod cgroups: true, false or auto (true when nodeinit is PID 1 at the root of a v2 cgroup namespace)")
 	fs.Lookup("cgroup-v2-evacuate").NoOptDefVal = "true"
 	bind(f, "cgroup-v2-evacuate", "cgroup.v2Evacuate", func(c *Config) **bool { return &c.Cgroup.V2Evacuate })
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.V2Leaf }, "cgroup-v2-leaf", "cgroup.v2Leaf",
-		"the `NAME` of the leaf cgroup nodeinit moves into on cgroup v2")
+		"the `NAME` of the leaf below the joined cgroup that nodeinit uses on cgroup v2 when that cgroup enables controllers for its children")
 	return f
 }
 
