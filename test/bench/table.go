@@ -114,7 +114,7 @@ var targets = []target{
 // format prints a value in the unit of its workload.
 func format(workload string, v float64) string {
 	switch workload {
-	case wSize, wRSS, wHWM:
+	case wSize, wRSS, wHWM, wAnon:
 		if v >= 1<<20 {
 			return fmt.Sprintf("%.2f MiB", v/(1<<20))
 		}

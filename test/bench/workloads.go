@@ -24,10 +24,11 @@ const (
 	wIdleCPU      = "idle CPU per minute"
 	wRSS          = "idle VmRSS"
 	wHWM          = "idle VmHWM"
+	wAnon         = "idle RssAnon"
 	wSize         = "binary size"
 )
 
-var workloads = []string{wStart, wReap, wSignal, wShutdown, wShutdownLast, wIdleCPU, wRSS, wHWM, wSize}
+var workloads = []string{wStart, wReap, wSignal, wShutdown, wShutdownLast, wIdleCPU, wRSS, wHWM, wAnon, wSize}
 
 // runLimit bounds any single run, so a hung init fails the harness instead
 // of stalling it.
@@ -53,7 +54,7 @@ func (b *bench) startToExit(c *contender) error {
 // reaping times INIT -- orphans: the helper makes the orphans and exits once
 // the init has reaped them all.
 func (b *bench) reaping(c *contender) error {
-	child := []string{b.h.orphans, "-n", strconv.Itoa(b.cfg.orphans)}
+	child := []string{b.h.orphans, "-n=" + strconv.Itoa(b.cfg.orphans)}
 	r, err := b.h.start(c, b.h.fifoPath(), child, nil, runLimit)
 	if err != nil {
 		return err
@@ -71,7 +72,7 @@ func (b *bench) reaping(c *contender) error {
 // the time until its child stamps the receipt.
 func (b *bench) signalLatency(c *contender) error {
 	fifo := b.h.fifoPath()
-	r, err := b.h.start(c, fifo, []string{b.h.sigstamp, "-stamp", fifo}, nil, runLimit)
+	r, err := b.h.start(c, fifo, []string{b.h.sigstamp, "-stamp=" + fifo}, nil, runLimit)
 	if err != nil {
 		return err
 	}
@@ -122,7 +123,7 @@ func (b *bench) shutdownOnce(c *contender) error {
 		return fmt.Errorf("open exit FIFO: %w", err)
 	}
 	defer ctl.Close()
-	child := []string{b.h.sleeper, "-stamp", fifo, "-tag", "executor", "-exit-when", ctlPath}
+	child := []string{b.h.sleeper, "-stamp=" + fifo, "-tag=executor", "-exit-when=" + ctlPath}
 	proxy := []string{"-stamp=" + fifo, "-tag=proxy"}
 	r, err := b.h.start(c, fifo, child, proxy, runLimit)
 	if err != nil {
@@ -178,7 +179,7 @@ func (b *bench) idle(cs []*contender) error {
 		if c.proxy {
 			children = "0"
 		}
-		child := []string{b.h.sleeper, "-stamp", fifo, "-tag", "executor", "-children", children}
+		child := []string{b.h.sleeper, "-stamp=" + fifo, "-tag=executor", "-children=" + children}
 		r, err := b.h.start(c, fifo, child, []string{"-stamp=" + fifo, "-tag=proxy"}, b.cfg.idle+runLimit)
 		if err != nil {
 			return err
@@ -212,12 +213,13 @@ func (b *bench) idle(cs []*contender) error {
 			return err
 		}
 		b.add(wIdleCPU, r.who, float64(ns-before[i])*float64(time.Minute)/float64(b.cfg.idle))
-		rss, hwm, err := memory(r.cmd.Process.Pid)
+		mem, err := memory(r.cmd.Process.Pid)
 		if err != nil {
 			return err
 		}
-		b.add(wRSS, r.who, float64(rss))
-		b.add(wHWM, r.who, float64(hwm))
+		b.add(wRSS, r.who, float64(mem["VmRSS"]))
+		b.add(wHWM, r.who, float64(mem["VmHWM"]))
+		b.add(wAnon, r.who, float64(mem["RssAnon"]))
 	}
 	return nil
 }
@@ -265,34 +267,34 @@ func cpuTime(pid int) (int64, error) {
 	return total, nil
 }
 
-// memory returns VmRSS and VmHWM of pid in bytes.
-func memory(pid int) (rss, hwm int64, err error) {
+// memory returns VmRSS, VmHWM and RssAnon of pid in bytes. RssAnon is the
+// init's private memory; the rest of VmRSS is its binary's pages from the
+// page cache, which the kernel may map whole (large folios), so that VmRSS
+// grows with the binary's size more than with anything the init does.
+func memory(pid int) (map[string]int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0, fmt.Errorf("read memory of pid %d: %w", pid, err)
+		return nil, fmt.Errorf("read memory of pid %d: %w", pid, err)
 	}
+	mem := map[string]int64{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
+		if !ok || (k != "VmRSS" && k != "VmHWM" && k != "RssAnon") {
 			continue
 		}
 		f := strings.Fields(v)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, 0, fmt.Errorf("read memory of pid %d: unexpected %q", pid, sc.Text())
+			return nil, fmt.Errorf("read memory of pid %d: unexpected %q", pid, sc.Text())
 		}
 		kb, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("read memory of pid %d: %w", pid, err)
+			return nil, fmt.Errorf("read memory of pid %d: %w", pid, err)
 		}
-		if k == "VmRSS" {
-			rss = kb << 10
-		} else {
-			hwm = kb << 10
-		}
+		mem[k] = kb << 10
 	}
-	if rss == 0 || hwm == 0 {
-		return 0, 0, fmt.Errorf("read memory of pid %d: no VmRSS/VmHWM", pid)
+	if len(mem) != 3 {
+		return nil, fmt.Errorf("read memory of pid %d: want VmRSS, VmHWM and RssAnon, got %v", pid, mem)
 	}
-	return rss, hwm, nil
+	return mem, nil
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodeinit/nodeinit/test/bench/ownflags"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,7 +26,7 @@ func main() {
 func run() error {
 	n := flag.Int("n", 5000, "orphans to make")
 	timeout := flag.Duration("timeout", 60*time.Second, "give up when the init has not reaped them all by then")
-	flag.Parse()
+	ownflags.Parse()
 
 	before, err := countProcesses()
 	if err != nil {

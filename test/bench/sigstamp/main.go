@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/nodeinit/nodeinit/test/bench/ownflags"
 	"github.com/nodeinit/nodeinit/test/bench/stamp"
 )
 
@@ -22,7 +23,7 @@ func main() {
 
 func run() error {
 	pipePath := flag.String("stamp", "", "FIFO to write \"ready\" and one \"TERM\" stamp per signal to")
-	flag.Parse()
+	ownflags.Parse()
 	pipe, err := stamp.Open(*pipePath)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/nodeinit/nodeinit/test/bench/ownflags"
 	"github.com/nodeinit/nodeinit/test/bench/stamp"
 )
 
@@ -27,7 +28,7 @@ func run() error {
 	tag := flag.String("tag", "sleeper", "name used in the stamps")
 	children := flag.Int("children", 0, "sleeping child processes to start (they sleep until killed)")
 	exitWhen := flag.String("exit-when", "", "FIFO to block on: exit as soon as the harness writes to it")
-	flag.Parse()
+	ownflags.Parse()
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -36,7 +37,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("find own binary: %w", err)
 		}
-		if err := exec.Command(self, "-tag", *tag+"-child").Start(); err != nil {
+		if err := exec.Command(self, "-tag="+*tag+"-child").Start(); err != nil {
 			return fmt.Errorf("start sleeping child: %w", err)
 		}
 	}
