@@ -59,6 +59,8 @@ func boot(cfg *config.Config) int {
 			return exitFailure
 		}
 	}
+	// A TERM that arrives while nodeinit prepares is kept for the executor.
+	signals := supervisor.CatchSignals()
 	// From here on nodeinit's log goes to stdout through a queue, so that a
 	// stdout nobody reads never blocks reaping or signal handling.
 	sink := logsink.New(os.Stdout, logsink.DefaultLimit)
@@ -100,6 +102,7 @@ func boot(cfg *config.Config) int {
 		klog.InfoS("Not PID 1: registered as child subreaper, orphans of the executor and the proxy are reaped here")
 	}
 
+	sc.Signals = signals
 	ready, cancelReady := context.WithCancel(context.Background())
 	defer cancelReady()
 	sc.OnExecutorStarted = func() { notify.ReadyWhenHealthy(ready, notify.Probe{URL: cfg.ReadyURL}) }

@@ -43,6 +43,10 @@ type Config struct {
 	// ProcRoot is the proc filesystem ("/proc"), read at shutdown when
 	// nodeinit is a subreaper and must find its descendants.
 	ProcRoot string
+	// Signals, when set, is the channel from CatchSignals, called as early
+	// as possible so that a TERM arriving while nodeinit prepares is kept
+	// and forwarded once the executor runs. Run catches them itself if nil.
+	Signals <-chan os.Signal
 	// OnExecutorStarted and OnShutdown, when set, are called from the loop
 	// once each; they must not block.
 	OnExecutorStarted func()
@@ -60,6 +64,14 @@ var (
 	handled    = concat(terminating, toBoth, toExecutor,
 		[]os.Signal{unix.SIGCHLD, unix.SIGUSR1})
 )
+
+// CatchSignals starts catching the signals that Run handles and returns the
+// channel they arrive on.
+func CatchSignals() <-chan os.Signal {
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs, handled...)
+	return sigs
+}
 
 func concat(lists ...[]os.Signal) (out []os.Signal) {
 	for _, l := range lists {
@@ -137,9 +149,10 @@ func stoppedTimer() *time.Timer {
 // be started).
 func (s *Supervisor) Run() int {
 	// Catch SIGCHLD before the first fork, so no child's end goes unnoticed.
-	sigs := make(chan os.Signal, 64)
-	signal.Notify(sigs, handled...)
-	defer signal.Stop(sigs)
+	sigs := s.cfg.Signals
+	if sigs == nil {
+		sigs = CatchSignals()
+	}
 
 	if s.proxy != nil {
 		s.start(s.proxy)
