@@ -10,10 +10,10 @@ ENGINE    ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/n
 
 export CGO_ENABLED := 0
 
-.PHONY: help build helpers test test-race lint demo bench bench-short image image-e2e soak clean
+.PHONY: help build helpers test test-race lint demo bench bench-short clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 build: ## static, stripped bin/nodeinit, version stamped
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/nodeinit ./cmd/nodeinit
@@ -46,3 +46,6 @@ bench-short: build ## the benchmark harness in its short CI mode
 
 clean: ## remove build output
 	rm -rf $(BIN)
+
+# Images and end-to-end tests (mk/image.mk), long runs (mk/soak.mk).
+include $(wildcard mk/*.mk)
