@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -18,6 +19,7 @@ type bench struct {
 	samples map[string]map[string][]float64
 	notes   map[string]string
 	started time.Time
+	load    string // load average when the measurement began
 }
 
 func (b *bench) add(workload string, c *contender, v float64) {
@@ -61,7 +63,7 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 		return nil, err
 	}
 	h.bin = bin
-	b := &bench{cfg: cfg, h: h, inits: inits, samples: map[string]map[string][]float64{}, notes: map[string]string{}, started: time.Now()}
+	b := &bench{cfg: cfg, h: h, inits: inits, samples: map[string]map[string][]float64{}, notes: map[string]string{}, started: time.Now(), load: loadAverage()}
 
 	type step struct {
 		name string
@@ -106,10 +108,25 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 			return nil, err
 		}
 	}
-	return &results{cfg: cfg, inits: inits, samples: b.samples, notes: b.notes, took: time.Since(b.started)}, nil
+	return &results{cfg: cfg, inits: inits, samples: b.samples, notes: b.notes, took: time.Since(b.started),
+		load: b.load + " at the start, " + loadAverage() + " at the end"}, nil
 }
 
 func rotate[T any](s []T, n int) []T {
 	n %= len(s)
 	return append(slices.Clone(s[n:]), s[:n]...)
+}
+
+// loadAverage returns the 1-, 5- and 15-minute load averages: on a shared
+// machine they say how much to trust a run.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }

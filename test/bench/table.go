@@ -20,6 +20,7 @@ type results struct {
 	samples map[string]map[string][]float64
 	notes   map[string]string
 	took    time.Duration
+	load    string
 }
 
 // get returns the samples of one init in one workload.
@@ -30,9 +31,9 @@ func (r *results) get(workload, init string) []float64 { return r.samples[worklo
 func (r *results) write(w io.Writer) {
 	var u unix.Utsname
 	unix.Uname(&u)
-	fmt.Fprintf(w, "%s, %d CPUs, Linux %s; %d rounds (%d start-to-exit runs, %d signals, %d shutdowns per init and round; %d orphans per reaping run), %d idle windows of %s; took %s.\n\n",
+	fmt.Fprintf(w, "%s, %d CPUs, Linux %s; %d rounds (%d start-to-exit runs, %d signals, %d shutdowns per init and round; %d orphans per reaping run), %d idle windows of %s; took %s; load average %s.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), unix.ByteSliceToString(u.Release[:]),
-		r.cfg.rounds, r.cfg.starts, r.cfg.signals, r.cfg.shutdowns, r.cfg.orphans, r.cfg.idleRounds, r.cfg.idle, r.took.Round(time.Second))
+		r.cfg.rounds, r.cfg.starts, r.cfg.signals, r.cfg.shutdowns, r.cfg.orphans, r.cfg.idleRounds, r.cfg.idle, r.took.Round(time.Second), r.load)
 	fmt.Fprintln(w, "| workload | init | median | spread (p25–p75) | p99 | n | × tini |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
 	for _, wl := range workloads {
