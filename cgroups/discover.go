@@ -70,7 +70,10 @@ func Discover(parent, prefix string, getenv func(string) string) (Target, error)
 	if len(chain) == 0 {
 		return t, nil
 	}
-	if prefix == "" || slices.Contains(strings.Split(prefix, "/"), "..") {
+	// Every element must name a cgroup: an empty or "." one would make the
+	// result an unclean path, which the kernel resolves but /proc/self/cgroup
+	// never shows, so joining it could not be verified.
+	if slices.ContainsFunc(strings.Split(prefix, "/"), func(e string) bool { return e == "" || e == "." || e == ".." }) {
 		return Target{}, fmt.Errorf("--mesos-cgroup-prefix %q is not a relative cgroup path such as mesos", prefix)
 	}
 	cgroup := ""

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -144,7 +145,9 @@ func layoutOf(mounts []mountns.Mount, own map[string]string) Layout {
 			h.Unified = true
 		case "cgroup":
 			for o := range strings.SplitSeq(m.SuperOptions, ",") {
-				if _, ok := own[o]; ok {
+				// "" is the unified hierarchy's key in own, never a
+				// v1 controller.
+				if _, ok := own[o]; ok && o != "" && !slices.Contains(h.Controllers, o) {
 					h.Controllers = append(h.Controllers, o)
 				}
 			}
