@@ -222,7 +222,7 @@ func TestValidateRejects(t *testing.T) {
 		{"no v2 leaf", func(c *Config) { c.Cgroup.V2Leaf = "" }, `cgroup.v2Leaf: Required value: the child cgroup nodeinit moves into on cgroup v2`},
 		{"v2 leaf with a slash", func(c *Config) { c.Cgroup.V2Leaf = "a/b" }, `cgroup.v2Leaf: Invalid value: "a/b": must be a single cgroup directory name`},
 		{"v2 leaf dot-dot", func(c *Config) { c.Cgroup.V2Leaf = ".." }, `cgroup.v2Leaf: Invalid value: "..": must be a single cgroup directory name`},
-		{"ready URL not http", func(c *Config) { c.ReadyURL = "127.0.0.1:10248" }, `readyURL: Invalid value: "127.0.0.1:10248": must be an http or https URL like http://127.0.0.1:10248/healthz`},
+		{"ready URL not http", func(c *Config) { c.ReadyURL = "127.0.0.1:10248" }, `readyURL: Invalid value: "127.0.0.1:10248": must be an http URL (no TLS: the kubelet's healthz is plain HTTP) like http://127.0.0.1:10248/healthz`},
 		{"NUL in PATH", func(c *Config) { c.PathOverride = "/bin\x00" }, `pathOverride: Invalid value: "/bin\x00": must not contain a NUL byte`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -239,7 +239,7 @@ func TestValidateAcceptsWhatAnOperatorWrites(t *testing.T) {
 	c := Default()
 	c.Proxy.HostnameOverride = "Node-1.Example.COM" // lower-cased when passed on
 	c.Proxy.BindAddress = "fd00::5"
-	c.ReadyURL = "https://[::1]:10250/healthz"
+	c.ReadyURL = "http://[::1]:10248/healthz"
 	c.Proxy.Run, c.Proxy.Path = false, "" // no proxy, no program needed
 	if errs := c.Validate(); len(errs) > 0 {
 		t.Errorf("Validate:\n%s", render(errs))

@@ -173,7 +173,7 @@ func TestBadCommandLinesAreUsageErrors(t *testing.T) {
 			`invalid argument "node_1" for "--hostname-override" flag: must be a node name: DNS labels of letters, digits and '-', joined by '.', at most 253 characters`},
 		{[]string{"--proxy-logv=-2", "kubelet"}, `invalid argument -2 for "--proxy-logv" flag: must be non-negative`},
 		{[]string{"--ready-url=localhost:10248", "kubelet"},
-			`invalid argument "localhost:10248" for "--ready-url" flag: must be an http or https URL like http://127.0.0.1:10248/healthz`},
+			`invalid argument "localhost:10248" for "--ready-url" flag: must be an http URL (no TLS: the kubelet's healthz is plain HTTP) like http://127.0.0.1:10248/healthz`},
 		{[]string{"--cgroup-v2-leaf=a/b", "kubelet"}, `invalid argument "a/b" for "--cgroup-v2-leaf" flag: must be a single cgroup directory name`},
 		{nil, "no EXECUTOR given: name the program to run after nodeinit's flags, or as executor.path in the --config file"},
 		{[]string{"--proxy-mode=userspace"}, `invalid argument "userspace" for "--proxy-mode" flag: supported values: "iptables", "ipvs", "nftables"`},

@@ -85,8 +85,8 @@ func (c *Config) Validate() []FieldError {
 
 	if c.ReadyURL != "" {
 		u, err := url.Parse(c.ReadyURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			v.add(ErrorTypeInvalid, "readyURL", c.ReadyURL, "must be an http or https URL like http://127.0.0.1:10248/healthz")
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			v.add(ErrorTypeInvalid, "readyURL", c.ReadyURL, "must be an http URL (no TLS: the kubelet's healthz is plain HTTP) like http://127.0.0.1:10248/healthz")
 		}
 	}
 	v.text("pathOverride", c.PathOverride)

@@ -264,9 +264,10 @@ func TestIntervalDoublesUpToTheMaximum(t *testing.T) {
 func TestCheckURL(t *testing.T) {
 	for _, tc := range []struct{ url, err string }{
 		{"http://127.0.0.1:10248/healthz", ""},
-		{"https://localhost:10250/healthz", ""},
-		{"localhost:10248/healthz", "scheme must be http or https"},
-		{"ftp://host/x", "scheme must be http or https"},
+		{"https://localhost:10250/healthz", "scheme must be http"},
+		{"http://[::1]:10248/healthz", ""},
+		{"localhost:10248/healthz", "scheme must be http"},
+		{"ftp://host/x", "scheme must be http"},
 		{"http:///healthz", "no host"},
 		{"http://[::1", "missing ']'"},
 	} {
@@ -313,5 +314,27 @@ func TestStoppingDoesNotWaitForAManagerThatStoppedReading(t *testing.T) {
 	Stopping()
 	if took := time.Since(start); took < stoppingWait/2 || took > 5*time.Second {
 		t.Errorf("Stopping returned after %v, want about %v", took, stoppingWait)
+	}
+}
+
+func TestStatusCodeParsesHTTP1StatusLines(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		code int
+		ok   bool
+	}{
+		{"HTTP/1.1 200 OK\r\n", 200, true},
+		{"HTTP/1.0 503 Service Unavailable\r\n", 503, true},
+		{"HTTP/1.1 204\r\n", 204, true},
+		{"HTTP/2 200\r\n", 0, false},
+		{"SSH-2.0-OpenSSH_9.2\r\n", 0, false},
+		{"HTTP/1.1 20 OK\r\n", 0, false},
+		{"HTTP/1.1 abc OK\r\n", 0, false},
+		{"", 0, false},
+	} {
+		code, err := statusCode(tc.line)
+		if code != tc.code || (err == nil) != tc.ok {
+			t.Errorf("statusCode(%q) = %d, %v; want %d, ok %v", tc.line, code, err, tc.code, tc.ok)
+		}
 	}
 }
