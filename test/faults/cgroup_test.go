@@ -1,0 +1,158 @@
+package faults
+
+import (
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodeinit/nodeinit/cgroups"
+	"github.com/nodeinit/nodeinit/test/testenv"
+)
+
+// A cgroupfs mounted read-only: nodeinit cannot write its pid into the
+// cgroup. It warns, naming the cgroup and saying it carries on, and runs the
+// node; with --require-cgroup it exits 1 with one line saying why.
+func TestReadOnlyCgroupfs(t *testing.T) {
+	for _, require := range []bool{false, true} {
+		name := map[bool]string{false: "warns and runs", true: "fatal with --require-cgroup"}[require]
+		t.Run(name, func(t *testing.T) {
+			l := layout(t)
+			id := randomID(t)
+			mesosCgroup(t, l, id)
+			var readOnly []string
+			for _, h := range l.Hierarchies {
+				readOnly = append(readOnly, h.Mountpoint)
+			}
+			target := "/mesos/" + id
+			env := []string{cgroups.EnvMesosContainerName + "=mesos-" + id}
+			if !require {
+				n := startNode(t, readOnly, env)
+				n.expectRunning(target)
+				if w := n.lines('W', target, "read-only file system", "carrying on"); len(w) == 0 {
+					t.Errorf("no warning naming %s, the read-only file system and that nodeinit carries on; log:\n%s", target, n.log())
+				}
+				return
+			}
+			n := startNode(t, readOnly, env, "--require-cgroup")
+			n.expectFatal("Cannot join", target, "read-only file system")
+		})
+	}
+}
+
+// The container's cgroup existed and was removed before nodeinit joins it
+// (a Mesos agent that cleaned up, a race with the runtime): a warning naming
+// it and nodeinit carries on; fatal with --require-cgroup.
+func TestCgroupRemovedBeforeJoin(t *testing.T) {
+	for _, require := range []bool{false, true} {
+		name := map[bool]string{false: "warns and runs", true: "fatal with --require-cgroup"}[require]
+		t.Run(name, func(t *testing.T) {
+			l := layout(t)
+			id := randomID(t)
+			for _, dir := range mesosCgroup(t, l, id) {
+				removeCgroup(t, dir, false)
+			}
+			target := "/mesos/" + id
+			env := []string{cgroups.EnvMesosDirectory + "=/var/lib/mesos/slaves/S0/frameworks/F/executors/E/runs/" + id}
+			if !require {
+				n := startNode(t, nil, env)
+				n.expectRunning(target)
+				if w := n.lines('W', target, "exists in none", "carrying on"); len(w) == 0 {
+					t.Errorf("no warning naming %s, that it exists nowhere and that nodeinit carries on; log:\n%s", target, n.log())
+				}
+				return
+			}
+			n := startNode(t, nil, env, "--require-cgroup")
+			n.expectFatal("Cannot join", target, "exists in none")
+		})
+	}
+}
+
+// The cgroup was removed from one v1 hierarchy only: nodeinit joins it in
+// the others and warns for that one, naming it and where nodeinit stays.
+// This is the documented behaviour with --require-cgroup too (a cgroup is
+// joined "in every mounted v1 hierarchy where it exists").
+func TestCgroupRemovedFromOneHierarchy(t *testing.T) {
+	l := layout(t)
+	var gone cgroups.Hierarchy
+	for _, h := range l.Hierarchies {
+		if !h.Unified {
+			gone = h
+			break
+		}
+	}
+	testenv.Require(t, gone.Controllers != nil && len(l.Hierarchies) > 1, "a v1 cgroup hierarchy and another one")
+	id := randomID(t)
+	target := "/mesos/" + id
+	dirs := mesosCgroup(t, l, id)
+	removeCgroup(t, dirs[gone.Name()], false)
+
+	n := startNode(t, nil, []string{cgroups.EnvMesosContainerName + "=mesos-" + id}, "--require-cgroup")
+	r := n.waitReady()
+	for _, h := range l.Hierarchies {
+		got, want := inHierarchy(r.Cgroup, h), target
+		if h.Name() == gone.Name() {
+			want = gone.Current
+		}
+		if got != want {
+			t.Errorf("executor in %q of the %s hierarchy, want %s", got, h.Name(), want)
+		}
+	}
+	if w := n.lines('W', target, "the "+gone.Name()+" hierarchy", "staying in"); len(w) != 1 {
+		t.Errorf("want one warning naming %s, the %s hierarchy and where nodeinit stays; log:\n%s", target, gone.Name(), n.log())
+	}
+	if i := n.lines('I', "joined cgroup "+target); len(i) != 1 {
+		t.Errorf("want one line saying nodeinit joined %s; log:\n%s", target, n.log())
+	}
+	if code := n.stop(); code != 0 {
+		t.Errorf("nodeinit exited %d after TERM, want 0", code)
+	}
+}
+
+// A v2 cgroup that enables controllers for its children may hold no process
+// itself: nodeinit, the executor and the proxy go into its leaf child
+// (--cgroup-v2-leaf, default nodeinit) in the unified hierarchy and into the
+// cgroup itself in the v1 ones; the log says where.
+func TestV2CgroupWithControllersUsesTheLeaf(t *testing.T) {
+	l := layout(t)
+	h, ok := l.Unified()
+	testenv.Require(t, ok, "the cgroup v2 unified hierarchy mounted")
+	root, _ := h.Dir("/", "/")
+	avail, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrls := strings.Fields(string(avail))
+	// On a hybrid host every controller may be bound to v1.
+	testenv.Require(t, len(ctrls) > 0, "a controller available in the unified hierarchy")
+	id := randomID(t)
+	target := "/mesos/" + id
+	dirs := mesosCgroup(t, l, id)
+	dir := dirs[h.Name()]
+	enableController(t, root, ctrls[0])
+	enableController(t, filepath.Dir(dir), ctrls[0])
+	enableController(t, dir, ctrls[0])
+
+	n := startNode(t, nil, []string{cgroups.EnvMesosContainerName + "=mesos-" + id}, "--require-cgroup")
+	r := n.waitReady()
+	leaf := path.Join(target, cgroups.DefaultLeaf)
+	for _, hh := range l.Hierarchies {
+		want := target
+		if hh.Unified {
+			want = leaf
+		}
+		if got := inHierarchy(r.Cgroup, hh); got != want {
+			t.Errorf("executor in %q of the %s hierarchy, want %s", got, hh.Name(), want)
+		}
+	}
+	if i := n.lines('I', "joined cgroup "+target, "unified:"+leaf); len(i) != 1 {
+		t.Errorf("want one line saying nodeinit joined %s, in %s on the unified hierarchy; log:\n%s", target, leaf, n.log())
+	}
+	if w := n.lines('W'); len(w) != 0 {
+		t.Errorf("warnings while joining a v2 cgroup with controllers: %q", w)
+	}
+	if code := n.stop(); code != 0 {
+		t.Errorf("nodeinit exited %d after TERM, want 0", code)
+	}
+}
