@@ -2,6 +2,7 @@ package mountns
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -71,6 +72,7 @@ func ParseMountinfo(r io.Reader) ([]Mount, error) {
 	var mounts []Mount
 	s := bufio.NewScanner(r)
 	s.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	s.Split(scanLF)
 	for line := 1; s.Scan(); line++ {
 		if strings.TrimSpace(s.Text()) == "" {
 			continue
@@ -85,6 +87,18 @@ func ParseMountinfo(r io.Reader) ([]Mount, error) {
 		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
 	return mounts, nil
+}
+
+// scanLF splits at "\n" alone: the kernel ends mountinfo lines so, and a
+// "\r" before it belongs to the last field (bufio.ScanLines would drop it).
+func scanLF(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		return i + 1, data[:i], nil
+	}
+	if atEOF && len(data) > 0 {
+		return len(data), data, nil
+	}
+	return 0, nil, nil
 }
 
 // parseMountinfoLine parses
