@@ -75,7 +75,7 @@ func shortConfig(c config) config {
 	if c.idle == 0 {
 		c.idle = 2 * time.Second
 	}
-	c.starts, c.orphans, c.signals, c.shutdowns, c.idleRounds, c.settle = 5, 1000, 10, 2, 1, 200*time.Millisecond
+	c.starts, c.orphans, c.signals, c.shutdowns, c.idleRounds, c.settle = 5, 200, 10, 2, 1, 200*time.Millisecond
 	return c
 }
 
