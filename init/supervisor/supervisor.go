@@ -188,9 +188,10 @@ func (s *Supervisor) handleSignal(sig syscall.Signal) {
 	switch sig {
 	case unix.SIGCHLD:
 		s.reap()
+	// Each signal is passed on before it is logged: the log can wait.
 	case unix.SIGTERM, unix.SIGINT:
-		klog.InfoS("Forwarding signal to the executor", "signal", unix.SignalName(sig))
 		s.signalTask(s.executor, sig)
+		klog.InfoS("Forwarded signal to the executor", "signal", unix.SignalName(sig))
 		if s.shuttingDown {
 			s.signalTask(s.proxy, sig)
 		} else if s.executor.state == stateRunning && !s.graceArmed {
@@ -199,12 +200,12 @@ func (s *Supervisor) handleSignal(sig syscall.Signal) {
 			s.grace.Reset(s.cfg.GracePeriod)
 		}
 	case unix.SIGHUP:
-		klog.InfoS("Forwarding signal to the executor and the proxy", "signal", unix.SignalName(sig))
 		s.signalTask(s.executor, sig)
 		s.signalTask(s.proxy, sig)
+		klog.InfoS("Forwarded signal to the executor and the proxy", "signal", unix.SignalName(sig))
 	case unix.SIGQUIT, unix.SIGUSR2, unix.SIGWINCH:
-		klog.V(2).InfoS("Forwarding signal to the executor", "signal", unix.SignalName(sig))
 		s.signalTask(s.executor, sig)
+		klog.V(2).InfoS("Forwarded signal to the executor", "signal", unix.SignalName(sig))
 	case unix.SIGUSR1:
 		s.logStatus()
 	}
@@ -292,13 +293,13 @@ func (s *Supervisor) start(t *task) error {
 func (s *Supervisor) shutdown(why string) {
 	s.shuttingDown = true
 	s.respawn.Stop()
-	klog.InfoS("Shutting down", "reason", why, "gracePeriod", s.cfg.GracePeriod)
-	if s.cfg.OnShutdown != nil {
-		s.cfg.OnShutdown()
-	}
 	s.signalTask(s.proxy, unix.SIGTERM)
 	s.signalRest(unix.SIGTERM)
 	s.grace.Reset(s.cfg.GracePeriod)
+	klog.InfoS("Shutting down: sent TERM to the proxy and every other process", "reason", why, "gracePeriod", s.cfg.GracePeriod)
+	if s.cfg.OnShutdown != nil {
+		s.cfg.OnShutdown()
+	}
 }
 
 func (s *Supervisor) graceExpired() {
