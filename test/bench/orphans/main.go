@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodeinit/nodeinit/test/bench/ownflags"
+	"github.com/nodeinit/nodeinit/test/helpers/ownflags"
 	"golang.org/x/sys/unix"
 )
 

@@ -12,8 +12,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nodeinit/nodeinit/test/bench/ownflags"
 	"github.com/nodeinit/nodeinit/test/bench/stamp"
+	"github.com/nodeinit/nodeinit/test/helpers/ownflags"
 )
 
 func main() {

@@ -11,12 +11,16 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/nodeinit/nodeinit/test/helpers/ownflags"
 )
 
 func main() {
 	interval := flag.Duration("interval", 3*time.Second, "time between heartbeats")
 	drain := flag.Duration("drain", time.Second, "how long draining takes after TERM")
-	flag.Parse()
+	// Like the real one, it takes the flags nodeinit passes (--v,
+	// --proxy-mode, --cgroup-root, ...); this stand-in ignores them.
+	ownflags.Parse()
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

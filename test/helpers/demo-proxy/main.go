@@ -9,11 +9,15 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/nodeinit/nodeinit/test/helpers/ownflags"
 )
 
 func main() {
 	interval := flag.Duration("interval", 5*time.Second, "time between rule syncs")
-	flag.Parse()
+	// Like the real one, it takes the flags nodeinit passes (--v,
+	// --proxy-mode, --cgroup-root, ...); this stand-in ignores them.
+	ownflags.Parse()
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

@@ -18,6 +18,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/test/helpers/ownflags"
 )
 
 var recorded = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH}
@@ -49,9 +51,8 @@ func main() {
 	fill := flag.Int("fill-stdout", 0, "write this many bytes to stdout in the background (blocks there when nobody reads)")
 	grandchild := flag.Duration("grandchild", 0, "start a TERM-ignoring grandchild in its own session that sleeps this long")
 	// nodeinit adds flags of its own to the executor's and the proxy's
-	// command lines (--cgroup-root, --v, --proxy-mode, ...): accept and
-	// ignore what is not ours, as a stand-in for the kubelet must.
-	check(flag.CommandLine.Parse(ownFlags(os.Args[1:])))
+	// command lines (--cgroup-root, --v, --proxy-mode, ...).
+	ownflags.Parse()
 
 	sigs := make(chan os.Signal, 1024)
 	signal.Notify(sigs, recorded...)
@@ -124,19 +125,6 @@ loop:
 		time.Sleep(time.Minute) // the signal ends us before this does
 	}
 	os.Exit(*exitCode)
-}
-
-// ownFlags keeps the arguments that name one of task's flags, in the
-// -name=value form, and drops every other.
-func ownFlags(args []string) []string {
-	var own []string
-	for _, a := range args {
-		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if strings.HasPrefix(a, "-") && flag.Lookup(name) != nil {
-			own = append(own, a)
-		}
-	}
-	return own
 }
 
 // orphanParent forks n children that exit at once, and exits without waiting

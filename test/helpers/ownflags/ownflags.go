@@ -1,4 +1,4 @@
-// Package ownflags lets the benchmark's helper programs stand in for the
+// Package ownflags lets the project's helper programs stand in for the
 // kubelet and kube-proxy: nodeinit adds flags of its own to their command
 // lines (--v, --proxy-mode, --cgroup-root, ...), so a helper parses the flags
 // it defines and ignores every other argument, as a real executor would
