@@ -19,23 +19,22 @@ func TestReadOnlyCgroupfs(t *testing.T) {
 		name := map[bool]string{false: "warns and runs", true: "fatal with --require-cgroup"}[require]
 		t.Run(name, func(t *testing.T) {
 			l := layout(t)
-			id := randomID(t)
-			mesosCgroup(t, l, id)
+			c := newContainer(t, l)
 			var readOnly []string
 			for _, h := range l.Hierarchies {
 				readOnly = append(readOnly, h.Mountpoint)
 			}
-			target := "/mesos/" + id
-			env := []string{cgroups.EnvMesosContainerName + "=mesos-" + id}
+			target := c.cgroup
+			env := []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}
 			if !require {
-				n := startNode(t, readOnly, env)
+				n := startNode(t, readOnly, env, c.prefixFlag())
 				n.expectRunning(target)
 				if w := n.lines('W', target, "read-only file system", "carrying on"); len(w) == 0 {
 					t.Errorf("no warning naming %s, the read-only file system and that nodeinit carries on; log:\n%s", target, n.log())
 				}
 				return
 			}
-			n := startNode(t, readOnly, env, "--require-cgroup")
+			n := startNode(t, readOnly, env, c.prefixFlag(), "--require-cgroup")
 			n.expectFatal("Cannot join", target, "read-only file system")
 		})
 	}
@@ -48,22 +47,21 @@ func TestCgroupRemovedBeforeJoin(t *testing.T) {
 	for _, require := range []bool{false, true} {
 		name := map[bool]string{false: "warns and runs", true: "fatal with --require-cgroup"}[require]
 		t.Run(name, func(t *testing.T) {
-			l := layout(t)
-			id := randomID(t)
-			for _, dir := range mesosCgroup(t, l, id) {
-				removeCgroup(t, dir, false)
+			c := newContainer(t, layout(t))
+			for _, dir := range c.dirs {
+				removeCgroup(t, dir)
 			}
-			target := "/mesos/" + id
-			env := []string{cgroups.EnvMesosDirectory + "=/var/lib/mesos/slaves/S0/frameworks/F/executors/E/runs/" + id}
+			target := c.cgroup
+			env := []string{cgroups.EnvMesosDirectory + "=/var/lib/mesos/slaves/S0/frameworks/F/executors/E/runs/" + c.id}
 			if !require {
-				n := startNode(t, nil, env)
+				n := startNode(t, nil, env, c.prefixFlag())
 				n.expectRunning(target)
 				if w := n.lines('W', target, "exists in none", "carrying on"); len(w) == 0 {
 					t.Errorf("no warning naming %s, that it exists nowhere and that nodeinit carries on; log:\n%s", target, n.log())
 				}
 				return
 			}
-			n := startNode(t, nil, env, "--require-cgroup")
+			n := startNode(t, nil, env, c.prefixFlag(), "--require-cgroup")
 			n.expectFatal("Cannot join", target, "exists in none")
 		})
 	}
@@ -83,12 +81,11 @@ func TestCgroupRemovedFromOneHierarchy(t *testing.T) {
 		}
 	}
 	testenv.Require(t, gone.Controllers != nil && len(l.Hierarchies) > 1, "a v1 cgroup hierarchy and another one")
-	id := randomID(t)
-	target := "/mesos/" + id
-	dirs := mesosCgroup(t, l, id)
-	removeCgroup(t, dirs[gone.Name()], false)
+	c := newContainer(t, l)
+	target := c.cgroup
+	removeCgroup(t, c.dirs[gone.Name()])
 
-	n := startNode(t, nil, []string{cgroups.EnvMesosContainerName + "=mesos-" + id}, "--require-cgroup")
+	n := startNode(t, nil, []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}, c.prefixFlag(), "--require-cgroup")
 	r := n.waitReady()
 	for _, h := range l.Hierarchies {
 		got, want := inHierarchy(r.Cgroup, h), target
@@ -126,15 +123,14 @@ func TestV2CgroupWithControllersUsesTheLeaf(t *testing.T) {
 	ctrls := strings.Fields(string(avail))
 	// On a hybrid host every controller may be bound to v1.
 	testenv.Require(t, len(ctrls) > 0, "a controller available in the unified hierarchy")
-	id := randomID(t)
-	target := "/mesos/" + id
-	dirs := mesosCgroup(t, l, id)
-	dir := dirs[h.Name()]
+	c := newContainer(t, l)
+	target := c.cgroup
+	dir := c.dirs[h.Name()]
 	enableController(t, root, ctrls[0])
 	enableController(t, filepath.Dir(dir), ctrls[0])
 	enableController(t, dir, ctrls[0])
 
-	n := startNode(t, nil, []string{cgroups.EnvMesosContainerName + "=mesos-" + id}, "--require-cgroup")
+	n := startNode(t, nil, []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}, c.prefixFlag(), "--require-cgroup")
 	r := n.waitReady()
 	leaf := path.Join(target, cgroups.DefaultLeaf)
 	for _, hh := range l.Hierarchies {

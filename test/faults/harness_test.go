@@ -252,28 +252,40 @@ func layout(t *testing.T) cgroups.Layout {
 	return l
 }
 
-// mesosCgroup creates /mesos/<id> in every hierarchy of l, as the Mesos
-// agent would, and removes it when the test ends (after nodeinit, whose
-// cleanup the test registers later and so runs first), with the v2 leaf
-// nodeinit may have made in it, and /mesos when the test made it and nothing
-// else uses it. It returns the directory of the cgroup in each hierarchy.
-func mesosCgroup(t *testing.T, l cgroups.Layout, id string) map[string]string {
+// container is the cgroup of a Mesos container made for one test,
+// /<prefix>/<id>, under a prefix of its own (nodeinit gets it as
+// --mesos-cgroup-prefix): tests that run at the same time, in this package
+// or another, never share a parent that one of them removes.
+type container struct {
+	prefix, id string
+	cgroup     string            // /<prefix>/<id>
+	dirs       map[string]string // its directory in each hierarchy, by name
+}
+
+// prefixFlag is nodeinit's flag for the container's prefix.
+func (c container) prefixFlag() string { return "--mesos-cgroup-prefix=" + c.prefix }
+
+// newContainer creates a container's cgroup in every hierarchy of l, as the
+// Mesos agent would, and removes it when the test ends (after nodeinit,
+// whose cleanup the test registers later and so runs first), with the v2
+// leaf nodeinit may have made in it.
+func newContainer(t *testing.T, l cgroups.Layout) container {
 	t.Helper()
-	dirs := map[string]string{}
+	id := randomID(t)
+	c := container{prefix: "mesos-" + id, id: id, dirs: map[string]string{}}
+	c.cgroup = "/" + c.prefix + "/" + id
 	for _, h := range l.Hierarchies {
 		var created []string
-		for _, cg := range []string{"/mesos", "/mesos/" + id} {
+		for _, cg := range []string{"/" + c.prefix, c.cgroup} {
 			dir, ok := h.Dir("/", cg)
 			if !ok {
 				t.Fatalf("the %s hierarchy does not reach %s", h.Name(), cg)
 			}
-			dirs[h.Name()] = dir
-			if err := os.Mkdir(dir, 0o755); errors.Is(err, os.ErrExist) {
-				continue
-			} else if err != nil {
+			if err := os.Mkdir(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
 			created = append(created, dir)
+			c.dirs[h.Name()] = dir
 			if slices.Contains(h.Controllers, "cpuset") { // no process may join a cpuset without cpus and mems
 				for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
 					v, err := os.ReadFile(filepath.Join(filepath.Dir(dir), f))
@@ -288,23 +300,22 @@ func mesosCgroup(t *testing.T, l cgroups.Layout, id string) map[string]string {
 		}
 		t.Cleanup(func() {
 			for i := len(created) - 1; i >= 0; i-- {
-				removeCgroup(t, created[i], filepath.Base(created[i]) == "mesos")
+				removeCgroup(t, created[i])
 			}
 		})
 	}
-	return dirs
+	return c
 }
 
-// removeCgroup removes a cgroup directory the test made, and its leaf
-// children. A shared parent such as /mesos stays when another test uses it.
-// The processes that were in it may take a moment to be gone after their
-// nodeinit exited: EBUSY is retried for a while.
-func removeCgroup(t *testing.T, dir string, shared bool) {
+// removeCgroup removes a cgroup directory the test made, with its children
+// (the v2 leaf). The processes that were in it may take a moment to be gone
+// after their nodeinit exited: EBUSY is retried for a while.
+func removeCgroup(t *testing.T, dir string) {
 	t.Helper()
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		if e.IsDir() && !shared {
-			removeCgroup(t, filepath.Join(dir, e.Name()), false)
+		if e.IsDir() {
+			removeCgroup(t, filepath.Join(dir, e.Name()))
 		}
 	}
 	var err error
@@ -315,10 +326,7 @@ func removeCgroup(t *testing.T, dir string, shared bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	switch {
-	case err == nil, errors.Is(err, unix.ENOENT):
-	case shared && (errors.Is(err, unix.EBUSY) || errors.Is(err, unix.ENOTEMPTY)):
-	default:
+	if err != nil && !errors.Is(err, unix.ENOENT) {
 		t.Errorf("remove cgroup %s: %v", dir, err)
 	}
 }
