@@ -161,11 +161,21 @@ func join(l Layout, cgroup, leaf string) (map[string]string, error) {
 	}
 
 	pid := os.Getpid()
-	var failed []string
+	var failed, readOnly []string
 	for _, s := range found {
-		if err := enter(s, pid); err != nil {
+		err := enter(s, pid)
+		switch {
+		case errors.Is(err, unix.EROFS):
+			readOnly = append(readOnly, s.Hierarchy.Name())
+		case err != nil:
 			failed = append(failed, err.Error())
 		}
+	}
+	// A read-only cgroupfs fails every hierarchy the same way: one clause
+	// for all of them, not one error with its path per hierarchy.
+	if len(readOnly) > 0 {
+		failed = append(failed, fmt.Sprintf("cannot join cgroup %s in the %s: mounted read-only",
+			cgroup, plural(readOnly, "hierarchy", "hierarchies")))
 	}
 	own, err := occgroups.ParseCgroupFile("/proc/self/cgroup")
 	if err != nil {
@@ -298,6 +308,15 @@ func moveAll(dir, dest string) (int, error) {
 		}
 	}
 	return moved, fmt.Errorf("the root cgroup still has processes after moving %d of them into %s", moved, EvacuationCgroup)
+}
+
+// plural names the items of list with the noun that fits their number:
+// "cpu hierarchy", "cpu memory hierarchies".
+func plural(list []string, one, many string) string {
+	if len(list) == 1 {
+		return list[0] + " " + one
+	}
+	return strings.Join(list, " ") + " " + many
 }
 
 // names lists the hierarchies of l for a message.

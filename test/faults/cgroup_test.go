@@ -4,6 +4,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,30 +13,58 @@ import (
 )
 
 // A cgroupfs mounted read-only: nodeinit cannot write its pid into the
-// cgroup. It warns, naming the cgroup and saying it carries on, and runs the
-// node; with --require-cgroup it exits 1 with one line saying why.
+// cgroup. It warns, naming the cgroup and the read-only hierarchies and
+// saying it carries on, and runs the node (in the cgroup wherever it could
+// join it); with --require-cgroup it exits 1 with one line saying why.
 func TestReadOnlyCgroupfs(t *testing.T) {
-	for _, require := range []bool{false, true} {
-		name := map[bool]string{false: "warns and runs", true: "fatal with --require-cgroup"}[require]
-		t.Run(name, func(t *testing.T) {
+	tests := []struct {
+		name    string
+		one     bool // only the first v1 hierarchy read-only, not all
+		require bool
+	}{
+		{name: "all hierarchies: warns and runs"},
+		{name: "all hierarchies: fatal with --require-cgroup", require: true},
+		{name: "one hierarchy: warns and joins the others", one: true},
+		{name: "one hierarchy: fatal with --require-cgroup", one: true, require: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
 			l := layout(t)
 			c := newContainer(t, l)
-			var readOnly []string
+			var readOnly, names []string
 			for _, h := range l.Hierarchies {
-				readOnly = append(readOnly, h.Mountpoint)
-			}
-			target := c.cgroup
-			env := []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}
-			if !require {
-				n := startNode(t, readOnly, env, c.prefixFlag())
-				n.expectRunning(target)
-				if w := n.lines('W', target, "read-only file system", "carrying on"); len(w) == 0 {
-					t.Errorf("no warning naming %s, the read-only file system and that nodeinit carries on; log:\n%s", target, n.log())
+				if tt.one && (h.Unified || len(readOnly) > 0) {
+					continue
 				}
+				readOnly = append(readOnly, h.Mountpoint)
+				names = append(names, h.Name())
+			}
+			testenv.Require(t, len(readOnly) > 0, "a v1 cgroup hierarchy")
+			what := strings.Join(names, " ") + " hierarch"
+			env := []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}
+			if tt.require {
+				n := startNode(t, readOnly, env, c.prefixFlag(), "--require-cgroup")
+				n.expectFatal("Cannot join", c.cgroup, what, "mounted read-only")
 				return
 			}
-			n := startNode(t, readOnly, env, c.prefixFlag(), "--require-cgroup")
-			n.expectFatal("Cannot join", target, "read-only file system")
+			n := startNode(t, readOnly, env, c.prefixFlag())
+			r := n.waitReady()
+			if w := n.lines('W', c.cgroup, what, "mounted read-only", "carrying on"); len(w) != 1 {
+				t.Errorf("want one warning naming %s, the %sies mounted read-only and that nodeinit carries on; log:\n%s",
+					c.cgroup, what, n.log())
+			}
+			for _, h := range l.Hierarchies {
+				got, want := inHierarchy(r.Cgroup, h), c.cgroup
+				if slices.Contains(readOnly, h.Mountpoint) {
+					want = h.Current
+				}
+				if got != want {
+					t.Errorf("executor in %q of the %s hierarchy, want %s", got, h.Name(), want)
+				}
+			}
+			if code := n.stop(); code != 0 {
+				t.Errorf("nodeinit exited %d after TERM, want 0", code)
+			}
 		})
 	}
 }
