@@ -31,7 +31,9 @@ lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files -o --exclude-standard '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags soak ./test/soak
 	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags soak ./test/soak
 
 demo: build helpers ## nodeinit as PID 1 of a new pid namespace with the demo executor and proxy (root; Ctrl-C stops it)
 	unshare --pid --fork --mount-proc --kill-child \
