@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -19,19 +20,39 @@ import (
 // lives there) when the test ends, after nodeinit has exited.
 func mesosCgroup(t *testing.T, id string) cgroups.Layout {
 	t.Helper()
+	l := layout(t)
+	makeCgroups(t, l, "/mesos", "/mesos/"+id)
+	return l
+}
+
+// layout reads the host's cgroup hierarchies; it needs at least one.
+func layout(t *testing.T) cgroups.Layout {
+	t.Helper()
 	testenv.RequireRoot(t)
 	l, err := cgroups.ReadLayout("/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.Require(t, l.Mode() != cgroups.NoCgroups, "a mounted cgroup filesystem")
+	return l
+}
+
+// makeCgroups creates the cgroups paths, each the parent of the next, in
+// every hierarchy of l, and returns the last one's directory per hierarchy.
+// What it made is removed when the test ends; a parent that already existed
+// (another test's /mesos) is left alone, and one that others still use when
+// the test ends is too.
+func makeCgroups(t *testing.T, l cgroups.Layout, paths ...string) map[string]string {
+	t.Helper()
+	dirs := map[string]string{}
 	for _, h := range l.Hierarchies {
 		var created []string
-		for _, cg := range []string{"/mesos", "/mesos/" + id} {
+		for _, cg := range paths {
 			dir, ok := h.Dir("/", cg)
 			if !ok {
 				t.Fatalf("the %s hierarchy does not reach %s", h.Name(), cg)
 			}
+			dirs[h.Name()] = dir
 			if err := os.Mkdir(dir, 0o755); errors.Is(err, os.ErrExist) {
 				continue
 			} else if err != nil {
@@ -50,17 +71,45 @@ func mesosCgroup(t *testing.T, id string) cgroups.Layout {
 				}
 			}
 		}
+		last := dirs[h.Name()]
 		t.Cleanup(func() {
 			for i := len(created) - 1; i >= 0; i-- {
-				err := unix.Rmdir(created[i])
-				shared := filepath.Base(created[i]) == "mesos"
-				if err != nil && !(shared && (errors.Is(err, unix.EBUSY) || errors.Is(err, unix.ENOTEMPTY))) {
-					t.Errorf("remove cgroup %s: %v", created[i], err)
-				}
+				removeCgroup(t, created[i], created[i] != last)
 			}
 		})
 	}
-	return l
+	return dirs
+}
+
+// removeCgroup removes a cgroup directory the test made, with its children
+// (the v2 leaf). The processes that were in it may take a moment to be gone
+// after their nodeinit exited: EBUSY is retried for a while. A shared
+// parent that other tests still use is not an error.
+func removeCgroup(t *testing.T, dir string, shared bool) {
+	t.Helper()
+	if shared {
+		if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.ENOENT) {
+			t.Errorf("remove cgroup %s: %v", dir, err)
+		}
+		return
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			removeCgroup(t, filepath.Join(dir, e.Name()), false)
+		}
+	}
+	var err error
+	for range 100 {
+		err = unix.Rmdir(dir)
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		t.Errorf("remove cgroup %s: %v", dir, err)
+	}
 }
 
 // inHierarchy returns the cgroup of hierarchy h in a /proc/<pid>/cgroup text.

@@ -1,7 +1,10 @@
 // Package mountcg tests the mount namespace and cgroup preparation of the
-// built nodeinit binary: nodeinit runs as PID 1 of a new pid namespace
-// (unshare --pid --fork --mount-proc) with the project's task helper as
-// executor and proxy, and the tests read where each of the three ended up.
+// built nodeinit binary, and the cgroup faults a node meets in the field (a
+// read-only cgroupfs, a cgroup removed before nodeinit joins it, a v2 cgroup
+// that hands controllers to its children): nodeinit runs as PID 1 of new
+// pid and mount namespaces (unshare --pid --fork --mount-proc) with the
+// project's task helper as executor and proxy, and the tests read where each
+// of the three ended up and what nodeinit said.
 package mountcg
 
 import (
@@ -13,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,11 +55,22 @@ type node struct {
 // executor, and env added to the test's environment.
 func startNode(t *testing.T, env []string, flags ...string) *node {
 	t.Helper()
-	return startNodeWith(t, nil, env, flags...)
+	return startNodeWith(t, nodeOptions{}, env, flags...)
 }
 
-// startNodeWith is startNode with more options for unshare.
-func startNodeWith(t *testing.T, unshareOpts, env []string, flags ...string) *node {
+// nodeOptions are the less common ways to start nodeinit.
+type nodeOptions struct {
+	unshare  []string // more options for unshare
+	readOnly []string // mount points remounted read-only in nodeinit's mount namespace first
+}
+
+// readOnlyThenExec remounts each argument before "--" read-only (a bind
+// remount: it changes only this namespace's mount, not the hierarchy), then
+// runs the command after "--".
+const readOnlyThenExec = `while [ "$1" != -- ]; do mount -o remount,bind,ro "$1" || exit 99; shift; done; shift; exec "$@"`
+
+// startNodeWith is startNode with options.
+func startNodeWith(t *testing.T, o nodeOptions, env []string, flags ...string) *node {
 	t.Helper()
 	testenv.RequireRoot(t)
 	unshare := testenv.RequireTool(t, "unshare")
@@ -63,8 +78,14 @@ func startNodeWith(t *testing.T, unshareOpts, env []string, flags ...string) *no
 	task := testenv.Build(t, "./test/helpers/task")
 	n := &node{t: t, dir: t.TempDir(), done: make(chan struct{})}
 
-	args := append([]string{"--pid", "--fork", "--mount-proc"}, unshareOpts...)
-	args = append(args, "--", nodeinit,
+	// unshare --mount-proc makes a mount namespace of private mounts, so a
+	// read-only remount cannot reach the host.
+	args := append([]string{"--pid", "--fork", "--mount-proc"}, o.unshare...)
+	args = append(args, "--")
+	if len(o.readOnly) > 0 {
+		args = append(append(append(args, "/bin/sh", "-c", readOnlyThenExec, "sh"), o.readOnly...), "--")
+	}
+	args = append(args, nodeinit,
 		"--proxy-path="+task,
 		"--proxy-arg=--report="+n.path("proxy.json"),
 		"--proxy-arg=--ready="+n.path("proxy.ready"))
@@ -114,7 +135,8 @@ func (n *node) log() string {
 	return string(b)
 }
 
-// nodeinitPid is nodeinit's pid as the test sees it: unshare's child.
+// nodeinitPid is nodeinit's pid as the test sees it: unshare's child (a
+// shell that remounts first execs nodeinit).
 func (n *node) nodeinitPid() (int, bool) {
 	p := n.unshare.Process.Pid
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p, p))
@@ -190,6 +212,21 @@ func (n *node) wait() int {
 		n.t.Fatal(n.err)
 	}
 	return 0
+}
+
+// lines returns the lines of nodeinit's log at klog severity sev (I, W, E)
+// that contain every one of words.
+func (n *node) lines(sev byte, words ...string) []string {
+	var out []string
+	for l := range strings.SplitSeq(n.log(), "\n") {
+		if len(l) == 0 || l[0] != sev {
+			continue
+		}
+		if !slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(l, w) }) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func exists(path string) bool {

@@ -129,7 +129,7 @@ func TestPrivateMountnsReceivesHostMountsAndKeepsItsOwn(t *testing.T) {
 	nsenter := testenv.RequireTool(t, "nsenter")
 	// unshare keeps the propagation it copies, so its namespace stays a
 	// peer of the shared tmpfs: it plays the host.
-	n := startNodeWith(t, []string{"--propagation=unchanged"}, nil, "--private-mountns")
+	n := startNodeWith(t, nodeOptions{unshare: []string{"--propagation=unchanged"}}, nil, "--private-mountns")
 	n.waitReady()
 	pid, ok := n.nodeinitPid()
 	if !ok {

@@ -1,4 +1,4 @@
-package faults
+package mountcg
 
 import (
 	"os"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	occgroups "github.com/opencontainers/cgroups"
 
 	"github.com/nodeinit/nodeinit/cgroups"
 	"github.com/nodeinit/nodeinit/test/testenv"
@@ -43,12 +45,12 @@ func TestReadOnlyCgroupfs(t *testing.T) {
 			what := strings.Join(names, " ") + " hierarch"
 			env := []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}
 			if tt.require {
-				n := startNode(t, readOnly, env, c.prefixFlag(), "--require-cgroup")
+				n := startNodeWith(t, nodeOptions{readOnly: readOnly}, env, c.prefixFlag(), "--require-cgroup")
 				n.expectFatal("Cannot join", c.cgroup, what, "mounted read-only")
 				return
 			}
-			n := startNode(t, readOnly, env, c.prefixFlag())
-			r := n.waitReady()
+			n := startNodeWith(t, nodeOptions{readOnly: readOnly}, env, c.prefixFlag())
+			r, _ := n.waitReady()
 			if w := n.lines('W', c.cgroup, what, "mounted read-only", "carrying on"); len(w) != 1 {
 				t.Errorf("want one warning naming %s, the %sies mounted read-only and that nodeinit carries on; log:\n%s",
 					c.cgroup, what, n.log())
@@ -78,19 +80,19 @@ func TestCgroupRemovedBeforeJoin(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newContainer(t, layout(t))
 			for _, dir := range c.dirs {
-				removeCgroup(t, dir)
+				removeCgroup(t, dir, false)
 			}
 			target := c.cgroup
 			env := []string{cgroups.EnvMesosDirectory + "=/var/lib/mesos/slaves/S0/frameworks/F/executors/E/runs/" + c.id}
 			if !require {
-				n := startNode(t, nil, env, c.prefixFlag())
+				n := startNode(t, env, c.prefixFlag())
 				n.expectRunning(target)
 				if w := n.lines('W', target, "exists in none", "carrying on"); len(w) == 0 {
 					t.Errorf("no warning naming %s, that it exists nowhere and that nodeinit carries on; log:\n%s", target, n.log())
 				}
 				return
 			}
-			n := startNode(t, nil, env, c.prefixFlag(), "--require-cgroup")
+			n := startNode(t, env, c.prefixFlag(), "--require-cgroup")
 			n.expectFatal("Cannot join", target, "exists in none")
 		})
 	}
@@ -112,10 +114,10 @@ func TestCgroupRemovedFromOneHierarchy(t *testing.T) {
 	testenv.Require(t, gone.Controllers != nil && len(l.Hierarchies) > 1, "a v1 cgroup hierarchy and another one")
 	c := newContainer(t, l)
 	target := c.cgroup
-	removeCgroup(t, c.dirs[gone.Name()])
+	removeCgroup(t, c.dirs[gone.Name()], false)
 
-	n := startNode(t, nil, []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}, c.prefixFlag(), "--require-cgroup")
-	r := n.waitReady()
+	n := startNode(t, []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}, c.prefixFlag(), "--require-cgroup")
+	r, _ := n.waitReady()
 	for _, h := range l.Hierarchies {
 		got, want := inHierarchy(r.Cgroup, h), target
 		if h.Name() == gone.Name() {
@@ -159,8 +161,8 @@ func TestV2CgroupWithControllersUsesTheLeaf(t *testing.T) {
 	enableController(t, filepath.Dir(dir), ctrls[0])
 	enableController(t, dir, ctrls[0])
 
-	n := startNode(t, nil, []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}, c.prefixFlag(), "--require-cgroup")
-	r := n.waitReady()
+	n := startNode(t, []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}, c.prefixFlag(), "--require-cgroup")
+	r, _ := n.waitReady()
 	leaf := path.Join(target, cgroups.DefaultLeaf)
 	for _, hh := range l.Hierarchies {
 		want := target
@@ -180,4 +182,80 @@ func TestV2CgroupWithControllersUsesTheLeaf(t *testing.T) {
 	if code := n.stop(); code != 0 {
 		t.Errorf("nodeinit exited %d after TERM, want 0", code)
 	}
+}
+
+// expectRunning checks that nodeinit carried on: executor and proxy run,
+// the executor in no hierarchy's target, and TERM ends nodeinit with the
+// executor's 0.
+func (n *node) expectRunning(target string) {
+	n.t.Helper()
+	r, _ := n.waitReady()
+	for ctrl, cg := range cgroupLines(r.Cgroup) {
+		if cg == target {
+			n.t.Errorf("executor in %s in hierarchy %q, although joining it failed", cg, ctrl)
+		}
+	}
+	if code := n.stop(); code != 0 {
+		n.t.Errorf("nodeinit exited %d after TERM, want the executor's 0; log:\n%s", code, n.log())
+	}
+}
+
+// expectFatal checks that nodeinit exited 1 before starting anything, with
+// exactly one error line, which holds every one of words.
+func (n *node) expectFatal(words ...string) {
+	n.t.Helper()
+	if code := n.wait(); code != 1 {
+		n.t.Errorf("nodeinit exited %d, want 1; log:\n%s", code, n.log())
+	}
+	if exists(n.path("executor.json")) || exists(n.path("proxy.json")) {
+		n.t.Error("a task started although the cgroup is required")
+	}
+	all, named := n.lines('E'), n.lines('E', words...)
+	if len(all) != 1 || len(named) != 1 {
+		n.t.Errorf("want one error line naming %q, got %d error lines; log:\n%s", words, len(all), n.log())
+	}
+}
+
+// container is the cgroup of a Mesos container made for one test,
+// /<prefix>/<id>, under a prefix of its own (nodeinit gets it as
+// --mesos-cgroup-prefix): tests that run at the same time, in this package
+// or another, never share a parent that one of them removes.
+type container struct {
+	prefix, id string
+	cgroup     string            // /<prefix>/<id>
+	dirs       map[string]string // its directory in each hierarchy, by name
+}
+
+// prefixFlag is nodeinit's flag for the container's prefix.
+func (c container) prefixFlag() string { return "--mesos-cgroup-prefix=" + c.prefix }
+
+// newContainer creates a container's cgroup in every hierarchy of l, as the
+// Mesos agent would, and removes it when the test ends (after nodeinit,
+// whose cleanup the test registers later and so runs first), with the v2
+// leaf nodeinit may have made in it.
+func newContainer(t *testing.T, l cgroups.Layout) container {
+	t.Helper()
+	id := randomID(t)
+	c := container{prefix: "mesos-" + id, id: id}
+	c.cgroup = "/" + c.prefix + "/" + id
+	c.dirs = makeCgroups(t, l, "/"+c.prefix, c.cgroup)
+	return c
+}
+
+// enableController makes ctrl available to the children of the v2 cgroup
+// at dir, and takes it back at the end when it was off (the kernel refuses
+// while another user's children still use it, which is fine).
+func enableController(t *testing.T, dir, ctrl string) {
+	t.Helper()
+	before, err := occgroups.ReadFile(dir, "cgroup.subtree_control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(strings.Fields(before), ctrl) {
+		return
+	}
+	if err := occgroups.WriteFile(dir, "cgroup.subtree_control", "+"+ctrl); err != nil {
+		t.Fatalf("enable %s below %s: %v", ctrl, dir, err)
+	}
+	t.Cleanup(func() { _ = occgroups.WriteFile(dir, "cgroup.subtree_control", "-"+ctrl) })
 }
