@@ -590,9 +590,7 @@ func TestSetupReportsAHierarchyItCouldNotJoin(t *testing.T) {
 			cpuset = h
 		}
 	}
-	if cpuset.Mountpoint == "" {
-		t.Skip("no v1 cpuset hierarchy on this host: joining cannot fail this way here")
-	}
+	testenv.Require(t, cpuset.Mountpoint != "", "a v1 cpuset hierarchy (only there can joining fail for want of cpus and mems)")
 	id := randomID(t)
 	cgroup := "/mesos/" + id
 	for _, h := range l.Hierarchies {
