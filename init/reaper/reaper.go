@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,19 +62,18 @@ type Reaper struct {
 // New returns a Reaper that tracks no child yet.
 func New() *Reaper { return &Reaper{tracked: make(map[int]bool)} }
 
-// Start starts a child like os.StartProcess and tracks its pid, so that its
-// exit is returned by Reap instead of being counted as an orphan's. Nobody
-// else may wait for it: the os.Process is released at once.
-func (r *Reaper) Start(path string, argv []string, attr *os.ProcAttr) (pid int, err error) {
+// Start starts a child with fork and exec and tracks its pid, so that its
+// exit is returned by Reap instead of being counted as an orphan's.
+// syscall.ForkExec rather than os.StartProcess: nodeinit waits by pid and
+// wants no pidfd, and os.StartProcess would fork an extra probe child on
+// its first use to find out whether pidfds work.
+func (r *Reaper) Start(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, err := os.StartProcess(path, argv, attr)
+	pid, err = syscall.ForkExec(path, argv, attr)
 	if err != nil {
 		return 0, err
 	}
-	pid = p.Pid
-	// Release closes the pidfd; the reaper waits by pid.
-	_ = p.Release()
 	r.tracked[pid] = true
 	return pid, nil
 }

@@ -2,6 +2,7 @@ package reaper
 
 import (
 	"os"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -39,13 +40,13 @@ func TestDescribeNamesSignal(t *testing.T) {
 // before Reap is called; an untracked child is reaped as an orphan.
 func TestReapReturnsTrackedExitsAndCountsOrphans(t *testing.T) {
 	r := New()
-	attr := &os.ProcAttr{Files: []*os.File{nil, os.Stdout, os.Stderr}}
+	attr := &syscall.ProcAttr{Files: []uintptr{0, 1, 2}}
 	pid, err := r.Start("/bin/sh", []string{"sh", "-c", "exit 7"}, attr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// An untracked child: started behind the reaper's back.
-	p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", "exit 0"}, attr)
+	p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", "exit 0"}, &os.ProcAttr{Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
 	if err != nil {
 		t.Fatal(err)
 	}

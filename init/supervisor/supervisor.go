@@ -259,9 +259,9 @@ func (s *Supervisor) scheduleRespawn(ran time.Duration, why string) {
 // (fork failing with EAGAIN under a pids limit, say) is tried again after its
 // backoff; the executor's failure is returned.
 func (s *Supervisor) start(t *task) error {
-	attr := &os.ProcAttr{
+	attr := &syscall.ProcAttr{
 		Env:   t.Env,
-		Files: []*os.File{t.Stdin, t.Stdout, t.Stderr},
+		Files: []uintptr{t.Stdin.Fd(), t.Stdout.Fd(), t.Stderr.Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	}
 	argv := append([]string{t.Path}, t.Args...)
