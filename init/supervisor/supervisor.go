@@ -43,10 +43,10 @@ type Config struct {
 	// ProcRoot is the proc filesystem ("/proc"), read at shutdown when
 	// nodeinit is a subreaper and must find its descendants.
 	ProcRoot string
-	// Signals, when set, is the channel from CatchSignals, called as early
-	// as possible so that a TERM arriving while nodeinit prepares is kept
-	// and forwarded once the executor runs. Run catches them itself if nil.
-	Signals <-chan os.Signal
+	// Signals, when set, come from CatchSignals, called as early as
+	// possible so that a TERM arriving while nodeinit prepares is kept and
+	// forwarded once the executor runs. Run catches them itself if nil.
+	Signals *Signals
 	// OnExecutorStarted and OnShutdown, when set, are called from the loop
 	// once each; they must not block.
 	OnExecutorStarted func()
@@ -61,16 +61,31 @@ var (
 	toBoth = []os.Signal{unix.SIGHUP}
 	// Forwarded to the executor alone: they are meant for the main task.
 	toExecutor = []os.Signal{unix.SIGQUIT, unix.SIGUSR2, unix.SIGWINCH}
-	handled    = concat(terminating, toBoth, toExecutor,
-		[]os.Signal{unix.SIGCHLD, unix.SIGUSR1})
+	other      = concat(toBoth, toExecutor, []os.Signal{unix.SIGUSR1})
 )
 
-// CatchSignals starts catching the signals that Run handles and returns the
-// channel they arrive on.
-func CatchSignals() <-chan os.Signal {
-	sigs := make(chan os.Signal, 64)
-	signal.Notify(sigs, handled...)
-	return sigs
+// Signals are the channels the loop's signals arrive on. os/signal drops a
+// signal when its channel is full, so each kind has a channel of its own:
+// a storm of HUPs or USR1s can fill only theirs, never hide the TERM that
+// follows it, nor a SIGCHLD (one pending SIGCHLD is enough, since every
+// wakeup reaps all children that have ended).
+type Signals struct {
+	child       chan os.Signal
+	terminating chan os.Signal
+	other       chan os.Signal
+}
+
+// CatchSignals starts catching the signals that Run handles.
+func CatchSignals() *Signals {
+	s := &Signals{
+		child:       make(chan os.Signal, 1),
+		terminating: make(chan os.Signal, 8),
+		other:       make(chan os.Signal, 64),
+	}
+	signal.Notify(s.child, unix.SIGCHLD)
+	signal.Notify(s.terminating, terminating...)
+	signal.Notify(s.other, other...)
+	return s
 }
 
 func concat(lists ...[]os.Signal) (out []os.Signal) {
@@ -170,7 +185,11 @@ func (s *Supervisor) Run() int {
 
 	for !s.shuttingDown || !s.reap() {
 		select {
-		case sig := <-sigs:
+		case <-sigs.child:
+			s.reap()
+		case sig := <-sigs.terminating:
+			s.handleSignal(sig.(syscall.Signal))
+		case sig := <-sigs.other:
 			s.handleSignal(sig.(syscall.Signal))
 		case <-s.respawn.C:
 			if !s.shuttingDown {
@@ -186,8 +205,6 @@ func (s *Supervisor) Run() int {
 
 func (s *Supervisor) handleSignal(sig syscall.Signal) {
 	switch sig {
-	case unix.SIGCHLD:
-		s.reap()
 	// Each signal is passed on before it is logged: the log can wait.
 	case unix.SIGTERM, unix.SIGINT:
 		s.signalTask(s.executor, sig)
