@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,5 +54,35 @@ func TestUnreadStdoutNeverBlocksSignalsOrReaping(t *testing.T) {
 	n, _ := r.Read(buf)
 	if !strings.Contains(string(buf[:n]), "Starting nodeinit") {
 		t.Errorf("the pipe does not start with nodeinit's log: %q", buf[:min(n, 200)])
+	}
+}
+
+// nodeinit's stdout is a pipe whose reader is gone: every log write fails
+// with EPIPE (SIGPIPE is caught, not fatal), and nodeinit still runs the
+// executor and exits with its status.
+func TestClosedStdoutIsNotFatal(t *testing.T) {
+	nodeinit, task := binaries(t)
+	r, w, err := os.Pipe()
+	must(t, err)
+	r.Close()
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := exec.Command(nodeinit, "--run-proxy=false", "--", task, "--ready="+ready, "--exit=8")
+	cmd.Stdout = w
+	must(t, cmd.Start())
+	w.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	waitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
+	must(t, cmd.Process.Signal(syscall.SIGUSR1)) // more log lines into the broken pipe
+	must(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 8 {
+			t.Errorf("nodeinit ended with %v, want exit status 8", err)
+		}
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("nodeinit hung with a closed stdout")
 	}
 }
