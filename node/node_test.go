@@ -148,14 +148,14 @@ func TestEnviron(t *testing.T) {
 		override string
 		want     []string
 	}{
-		{"PWD/bin appended", []string{"A=1", "PATH=/usr/bin:/bin", "B=2"}, "", []string{"A=1", "B=2", "PATH=/usr/bin:/bin:/work/bin"}},
-		{"override replaces PATH", []string{"PATH=/usr/bin", "A=1"}, "/opt/bin", []string{"A=1", "PATH=/opt/bin:/work/bin"}},
-		{"no PATH at all", []string{"A=1"}, "", []string{"A=1", "PATH=/work/bin"}},
-		{"duplicate PATH entries become one", []string{"PATH=/a", "PATH=/b"}, "", []string{"PATH=/b:/work/bin"}},
-		{"PATHX is not PATH", []string{"PATHX=/x"}, "", []string{"PATHX=/x", "PATH=/work/bin"}},
+		{"PWD/bin appended", []string{"A=1", "PATH=/usr/bin:/bin", "B=2"}, "", []string{"A=1", "B=2", "PATH=/usr/bin:/bin:/var/lib/node/bin"}},
+		{"override replaces PATH", []string{"PATH=/usr/bin", "A=1"}, "/opt/bin", []string{"A=1", "PATH=/opt/bin:/var/lib/node/bin"}},
+		{"no PATH at all", []string{"A=1"}, "", []string{"A=1", "PATH=/var/lib/node/bin"}},
+		{"duplicate PATH entries become one", []string{"PATH=/a", "PATH=/b"}, "", []string{"PATH=/b:/var/lib/node/bin"}},
+		{"PATHX is not PATH", []string{"PATHX=/x"}, "", []string{"PATHX=/x", "PATH=/var/lib/node/bin"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Environ(tc.environ, tc.override, "/work"); !reflect.DeepEqual(got, tc.want) {
+			if got := Environ(tc.environ, tc.override, "/var/lib/node"); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Environ = %q; want %q", got, tc.want)
 			}
 		})
@@ -224,8 +224,8 @@ kube-proxy --bind-address=10.0.0.5 --v=0 --proxy-mode=iptables --hostname-overri
 }
 
 func TestGetenvReadsTheCommandsEnvironment(t *testing.T) {
-	c := Proxy(cfg(func(*config.Config) {}), Environ([]string{"PATH=/usr/bin", "A=1", "A=2"}, "/opt/bin", "/work"))
-	if got := c.Getenv("PATH"); got != "/opt/bin:/work/bin" {
+	c := Proxy(cfg(func(*config.Config) {}), Environ([]string{"PATH=/usr/bin", "A=1", "A=2"}, "/opt/bin", "/var/lib/node"))
+	if got := c.Getenv("PATH"); got != "/opt/bin:/var/lib/node/bin" {
 		t.Errorf("PATH = %q", got)
 	}
 	if got := c.Getenv("A"); got != "2" {
