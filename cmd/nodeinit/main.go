@@ -78,11 +78,8 @@ func usageError(err error) int {
 
 func run(args []string) int {
 	c := newCommandLine()
+	// --help is a flag of ours, so Parse never returns pflag.ErrHelp.
 	if err := c.fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Print(c.usage())
-			return 0
-		}
 		return usageError(err)
 	}
 	if c.help {
