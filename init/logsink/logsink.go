@@ -3,12 +3,17 @@
 // goroutine, so that a full or unread stdout pipe can stall the log but never
 // the reaper or the signal loop. When the buffer is full, lines are dropped
 // and the number dropped is reported once output flows again.
+//
+// The writer calls write(2) itself rather than os.File.Write: the latter
+// turns an EPIPE on stdout into a fatal SIGPIPE, and PID 1 must outlive its
+// log reader. A SIGPIPE that the kernel sends for the failed write is one the
+// Go runtime ignores, since nodeinit does not ask for it.
 package logsink
 
 import (
+	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"sync"
 	"time"
 
@@ -31,11 +36,8 @@ type Sink struct {
 	idle    chan struct{} // closed and replaced when the writer has emptied the queue
 }
 
-// New returns a Sink that writes to out and starts its writer. It also
-// catches SIGPIPE: a write to a closed pipe on stdout would otherwise kill
-// the process, and PID 1 must outlive its log reader.
+// New returns a Sink that writes to out and starts its writer.
 func New(out *os.File, limit int) *Sink {
-	signal.Notify(make(chan os.Signal, 1), unix.SIGPIPE)
 	s := &Sink{out: out, limit: limit, wake: make(chan struct{}, 1), idle: make(chan struct{})}
 	go s.writer()
 	return s
@@ -80,7 +82,7 @@ func (s *Sink) writer() {
 			s.mu.Unlock()
 			// Errors (EPIPE, EBADF) lose the batch: there is nowhere else
 			// to say so.
-			_, _ = s.out.Write(batch)
+			_ = writeAll(int(s.out.Fd()), batch)
 		}
 	}
 }
@@ -105,4 +107,27 @@ func (s *Sink) Flush(timeout time.Duration) bool {
 	case <-time.After(timeout):
 		return false
 	}
+}
+
+// writeAll writes b to fd, through short writes and interruptions. A
+// non-blocking fd (a stdout shared with a process that set O_NONBLOCK) is
+// waited on until it takes more.
+func writeAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+			if _, err := unix.Poll(pfd, -1); err != nil && !errors.Is(err, unix.EINTR) {
+				return err
+			}
+			continue
+		case err != nil:
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
 }
