@@ -18,9 +18,12 @@ type contender struct {
 	// proxy is set when the init also runs a proxy; the harness then hands it
 	// a sleeping proxy and leaves one fewer sleeping child to the executor.
 	proxy bool
-	// reference marks the harness's own minimal Go init, measured to show
-	// what any Go PID 1 costs; its binary is built with the helpers.
-	reference bool
+	// reference names the harness's own Go program this row runs (gominimal,
+	// gobare), measured to show what any Go PID 1 costs; it is built with the
+	// helpers.
+	reference string
+	// noSignals leaves the row out of the signal workload: it forwards none.
+	noSignals bool
 	argv      func(h *helpers, proxyArgs []string, child []string) []string
 }
 
@@ -28,7 +31,7 @@ type contender struct {
 const baseline = "tini-static"
 
 // initsFor lists the inits in table order: nodeinit as users would compare it,
-// its two costed options, the minimal Go init for reference, then the C
+// its two costed options, the two Go programs for reference, then the C
 // inits.
 func initsFor(nodeinit string) []*contender {
 	plain := func(extra ...string) func(*helpers, []string, []string) []string {
@@ -47,9 +50,13 @@ func initsFor(nodeinit string) []*contender {
 				return append(append(a, "--"), child...)
 			}},
 		{name: "nodeinit+mountns", binary: nodeinit, pkg: "make build", argv: plain("--private-mountns")},
-		{name: "go-minimal", binary: "", reference: true,
+		{name: "go-minimal", reference: "gominimal",
 			argv: func(h *helpers, _ []string, child []string) []string {
 				return append([]string{h.gominimal}, child...)
+			}},
+		{name: "go-bare", reference: "gobare", noSignals: true,
+			argv: func(h *helpers, _ []string, child []string) []string {
+				return append([]string{h.gobare}, child...)
 			}},
 		{name: "tini-static", binary: "tini-static", pkg: "tini",
 			argv: func(h *helpers, _ []string, child []string) []string {
@@ -72,7 +79,7 @@ func resolve(inits []*contender) (map[string]string, error) {
 	bin := map[string]string{}
 	var missing []string
 	for _, in := range inits {
-		if in.reference {
+		if in.reference != "" {
 			continue
 		}
 		if _, ok := bin[in.binary]; ok {

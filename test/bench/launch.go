@@ -26,6 +26,7 @@ type helpers struct {
 	sigstamp  string
 	sleeper   string
 	gominimal string
+	gobare    string
 	bin       map[string]string
 	seq       atomic.Int64
 }
@@ -36,7 +37,7 @@ func buildHelpers(dir string) (*helpers, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := []string{"pid1", "orphans", "sigstamp", "sleeper", "gominimal"}
+	names := []string{"pid1", "orphans", "sigstamp", "sleeper", "gominimal", "gobare"}
 	args := []string{"build", "-trimpath", "-ldflags=-s -w", "-o", dir + "/"}
 	for _, n := range names {
 		args = append(args, "./test/bench/"+n)
@@ -54,6 +55,7 @@ func buildHelpers(dir string) (*helpers, error) {
 		sigstamp:  filepath.Join(dir, "sigstamp"),
 		sleeper:   filepath.Join(dir, "sleeper"),
 		gominimal: filepath.Join(dir, "gominimal"),
+		gobare:    filepath.Join(dir, "gobare"),
 	}, nil
 }
 

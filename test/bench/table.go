@@ -86,6 +86,19 @@ func (r *results) write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s |\n", t.what, shown, met)
 	}
+	r.writeCalibration(w)
+}
+
+// writeCalibration sets the start-to-exit target beside its calibration:
+// the issue puts "a bare Go program that forks /bin/true" at about 1.28 ×
+// tini, so the target leaves nodeinit about 2 % over that program. The line
+// gives go-bare's ratio in this run, and nodeinit's to go-bare.
+func (r *results) writeCalibration(w io.Writer) {
+	tini, bare, ni := median(r.get(wStart, baseline)), median(r.get(wStart, "go-bare")), median(r.get(wStart, "nodeinit"))
+	if tini == 0 || bare == 0 || ni == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nstart-to-exit calibration: go-bare (the issue's bare Go program, \"about 1.28 ×\" there) %.2f × tini in this run; nodeinit %.2f × go-bare.\n", bare/tini, ni/bare)
 }
 
 // A target is one line of issue 6's table, checked on one init's samples.

@@ -71,6 +71,9 @@ func (b *bench) reaping(c *contender) error {
 // signalLatency sends a train of SIGTERMs to the init and takes, for each,
 // the time until its child stamps the receipt.
 func (b *bench) signalLatency(c *contender) error {
+	if c.noSignals {
+		return nil
+	}
 	fifo := b.h.fifoPath()
 	r, err := b.h.start(c, fifo, []string{b.h.sigstamp, "-stamp=" + fifo}, nil, runLimit)
 	if err != nil {
@@ -227,8 +230,8 @@ func (b *bench) idle(cs []*contender) error {
 // size records the size of each init's binary on disk.
 func (b *bench) size(c *contender) error {
 	p := b.h.bin[c.binary]
-	if c.reference {
-		p = b.h.gominimal
+	if c.reference != "" {
+		p = filepath.Join(b.h.dir, c.reference)
 	}
 	fi, err := os.Stat(p)
 	if err != nil {
