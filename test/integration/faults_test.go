@@ -23,7 +23,7 @@ func TestForkStormLeavesNoZombie(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")
 	i := start(t, asPID1, "--run-proxy=false", "--", task, "--orphans=20000", "--ready="+ready, "--exit=4")
 	waitFor(t, 60*time.Second, "orphans made", func() bool { return exists(ready) })
-	waitFor(t, 10*time.Second, "no zombie left", func() bool { return len(zombieChildren(i.cmd.Process.Pid)) == 0 })
+	waitFor(t, 10*time.Second, "no zombie left", func() bool { return len(testenv.Zombies(i.cmd.Process.Pid)) == 0 })
 	i.signal(syscall.SIGTERM)
 	if got := i.wait(10 * time.Second); got != 4 {
 		t.Fatalf("exit %d, want 4", got)
@@ -45,15 +45,15 @@ func TestSignalStormThenGracefulShutdown(t *testing.T) {
 			must(t, syscall.Kill(i.cmd.Process.Pid, storm[n%len(storm)]))
 		}
 		if !i.running() {
-			t.Fatalf("nodeinit died in the storm; log:\n%s", lastLines(i.log(), 10))
+			t.Fatalf("nodeinit died in the storm; log:\n%s", testenv.Tail(i.log(), 10))
 		}
 		i.signal(syscall.SIGTERM)
 		if got := i.wait(15 * time.Second); got != 6 {
 			t.Fatalf("exit %d after the storm and TERM, want the executor's 6", got)
 		}
-		recs := readRecord(t, ex+".rec")
-		if len(recs) == 0 || recs[len(recs)-1].name != "TERM" {
-			t.Errorf("executor's last signal is not TERM: %s", names(recs[max(0, len(recs)-5):]))
+		recs := testenv.ReadRecord(t, ex+".rec")
+		if len(recs) == 0 || recs[len(recs)-1].Signal != "TERM" {
+			t.Errorf("executor's last signal is not TERM: %s", recs[max(0, len(recs)-5):].Signals())
 		}
 		if strings.Contains(i.log(), "Restarted task") {
 			t.Errorf("the storm made the proxy restart")
@@ -95,9 +95,7 @@ func TestProxyCrashLoopFollowsBackoff(t *testing.T) {
 	if got := i.wait(10 * time.Second); got != 0 {
 		t.Fatalf("exit %d", got)
 	}
-	data, err := os.ReadFile(starts)
-	must(t, err)
-	at := startTimes(data)
+	at := testenv.ReadStarts(t, starts)
 	// 20+40+80 ms, then every 160 ms: at most 3 + (3000-140)/160 + 1 starts.
 	most := 3 + int((window-140*time.Millisecond)/(160*time.Millisecond)) + 1
 	if len(at) > most || len(at) < 5 {
@@ -113,22 +111,12 @@ func TestProxyCrashLoopFollowsBackoff(t *testing.T) {
 			t.Errorf("restart %d came %v after the previous start, sooner than the backoff's %v", k, gap, w)
 		}
 	}
-	if recs := readRecord(t, ex+".rec"); names(recs) != "TERM" {
-		t.Errorf("the crash loop reached the executor: it got %q", names(recs))
+	if recs := testenv.ReadRecord(t, ex+".rec"); recs.Signals() != "TERM" {
+		t.Errorf("the crash loop reached the executor: it got %q", recs.Signals())
 	}
 	if c := strings.Count(i.log(), `task="executor"`); c != 1 {
 		t.Errorf("executor started %d times", c)
 	}
-}
-
-// startTimes parses a task's --starts file.
-func startTimes(data []byte) []time.Time {
-	var at []time.Time
-	for _, l := range strings.Fields(string(data)) {
-		ns, _ := strconv.ParseInt(l, 10, 64)
-		at = append(at, time.Unix(0, ns))
-	}
-	return at
 }
 
 func countLines(t *testing.T, path string) int {
@@ -185,7 +173,7 @@ func TestPidExhaustionIsRetriedWithBackoff(t *testing.T) {
 	must(t, cmd.Process.Signal(syscall.SIGTERM))
 	if err := cmd.Wait(); err != nil {
 		b, _ := os.ReadFile(logPath)
-		t.Fatalf("nodeinit: %v; log:\n%s", err, lastLines(string(b), 15))
+		t.Fatalf("nodeinit: %v; log:\n%s", err, testenv.Tail(string(b), 15))
 	}
 }
 

@@ -5,7 +5,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -169,64 +168,6 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-// signalRecord is one line of a task's --record file.
-type signalRecord struct {
-	name string
-	at   time.Time
-}
-
-func readRecord(t *testing.T, path string) []signalRecord {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read record: %v", err)
-	}
-	var recs []signalRecord
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 {
-			t.Fatalf("bad record line %q", sc.Text())
-		}
-		ns, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, signalRecord{f[0], time.Unix(0, ns)})
-	}
-	return recs
-}
-
-func names(recs []signalRecord) string {
-	var s []string
-	for _, r := range recs {
-		s = append(s, r.name)
-	}
-	return strings.Join(s, ",")
-}
-
-// zombieChildren lists the zombies whose parent is pid.
-func zombieChildren(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var zs []int
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
-			zs = append(zs, p)
-		}
-	}
-	return zs
 }
 
 // processesWithArg lists live processes whose command line holds arg.

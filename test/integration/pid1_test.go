@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 func TestExitCodeOfTheExecutorIsNodeinits(t *testing.T) {
@@ -142,15 +144,15 @@ func TestTermAndIntReachExecutorThenProxy(t *testing.T) {
 				t.Fatalf("exit %d, want the executor's 7; log:\n%s", got, i.log())
 			}
 			name := strings.TrimPrefix(unixSigName(sig), "SIG")
-			exRec, pxRec := readRecord(t, ex+".rec"), readRecord(t, px+".rec")
-			if names(exRec) != name {
-				t.Errorf("executor got %q, want %s", names(exRec), name)
+			exRec, pxRec := testenv.ReadRecord(t, ex+".rec"), testenv.ReadRecord(t, px+".rec")
+			if exRec.Signals() != name {
+				t.Errorf("executor got %q, want %s", exRec.Signals(), name)
 			}
-			if names(pxRec) != "TERM" {
-				t.Errorf("proxy got %q, want TERM", names(pxRec))
+			if pxRec.Signals() != "TERM" {
+				t.Errorf("proxy got %q, want TERM", pxRec.Signals())
 			}
-			if len(exRec) == 1 && len(pxRec) == 1 && pxRec[0].at.Before(exRec[0].at) {
-				t.Errorf("proxy got TERM at %v, before the executor got %s at %v", pxRec[0].at, name, exRec[0].at)
+			if len(exRec) == 1 && len(pxRec) == 1 && pxRec[0].At.Before(exRec[0].At) {
+				t.Errorf("proxy got TERM at %v, before the executor got %s at %v", pxRec[0].At, name, exRec[0].At)
 			}
 		}
 	})
@@ -197,13 +199,13 @@ func TestReapsTwoThousandOrphans(t *testing.T) {
 		ready := filepath.Join(dir, "ready")
 		i := start(t, m, "--run-proxy=false", "--", task, "--orphans=2000", "--ready="+ready)
 		waitFor(t, 30*time.Second, "orphans made", func() bool { return exists(ready) })
-		waitFor(t, 10*time.Second, "no zombie left", func() bool { return len(zombieChildren(i.cmd.Process.Pid)) == 0 })
+		waitFor(t, 10*time.Second, "no zombie left", func() bool { return len(testenv.Zombies(i.cmd.Process.Pid)) == 0 })
 		i.signal(syscall.SIGTERM)
 		if got := i.wait(10 * time.Second); got != 0 {
 			t.Fatalf("exit %d", got)
 		}
 		if !regexp.MustCompile(`orphansReaped=20\d\d\b`).MatchString(i.log()) {
-			t.Errorf("log does not count at least 2000 orphans reaped:\n%s", lastLines(i.log(), 3))
+			t.Errorf("log does not count at least 2000 orphans reaped:\n%s", testenv.Tail(i.log(), 3))
 		}
 	})
 }
@@ -237,9 +239,7 @@ func TestProxyRespawnsWithGrowingDelays(t *testing.T) {
 		if got := i.wait(10 * time.Second); got != 0 {
 			t.Fatalf("exit %d", got)
 		}
-		data, err := os.ReadFile(starts)
-		must(t, err)
-		at := startTimes(data)
+		at := testenv.ReadStarts(t, starts)
 		// Starts at about 0, 0.1, 0.3, 0.7, 1.1, 1.5, 1.9 s; fewer on a
 		// loaded machine, never more.
 		if len(at) < 4 || len(at) > 7 {
@@ -332,9 +332,4 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(l[max(0, len(l)-n):], "\n")
 }

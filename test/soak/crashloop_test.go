@@ -172,7 +172,7 @@ func run(t *testing.T, window, sample time.Duration, flags ...string) *soakRun {
 			rss, err := residentBytes(pid)
 			if err != nil {
 				b, _ := os.ReadFile(logPath)
-				t.Fatalf("nodeinit is gone during the loop: %v; log ends:\n%s", err, tail(string(b), 20))
+				t.Fatalf("nodeinit is gone during the loop: %v; log ends:\n%s", err, testenv.Tail(string(b), 20))
 			}
 			n.rss = append(n.rss, rss)
 			n.fds = append(n.fds, openFiles(pid))
@@ -180,9 +180,9 @@ func run(t *testing.T, window, sample time.Duration, flags ...string) *soakRun {
 			sampling = false
 		}
 	}
-	seen := zombiesOf(pid)
+	seen := testenv.Zombies(pid)
 	time.Sleep(200 * time.Millisecond)
-	for _, z := range zombiesOf(pid) {
+	for _, z := range testenv.Zombies(pid) {
 		if slices.Contains(seen, z) {
 			n.zombies = append(n.zombies, z)
 		}
@@ -206,24 +206,10 @@ func run(t *testing.T, window, sample time.Duration, flags ...string) *soakRun {
 	b, _ := os.ReadFile(logPath)
 	n.log = string(b)
 	if code != 0 {
-		t.Fatalf("nodeinit exited %d after TERM, want the executor's 0; log ends:\n%s", code, tail(n.log, 20))
+		t.Fatalf("nodeinit exited %d after TERM, want the executor's 0; log ends:\n%s", code, testenv.Tail(n.log, 20))
 	}
-	data, err := os.ReadFile(starts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Fields(string(data)) {
-		ns, err := strconv.ParseInt(l, 10, 64)
-		if err != nil {
-			t.Fatalf("bad start line %q", l)
-		}
-		n.starts = append(n.starts, time.Unix(0, ns))
-	}
-	r, err := os.ReadFile(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.executorRecord = strings.Join(fieldsAt(string(r), 0), ",")
+	n.starts = testenv.ReadStarts(t, starts)
+	n.executorRecord = testenv.ReadRecord(t, rec).Signals()
 	return n
 }
 
@@ -283,48 +269,10 @@ func openFiles(pid int) int {
 	return len(es)
 }
 
-// zombiesOf lists the zombie children of pid.
-func zombiesOf(pid int) []int {
-	es, _ := os.ReadDir("/proc")
-	var zs []int
-	for _, e := range es {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
-			zs = append(zs, p)
-		}
-	}
-	return zs
-}
-
-// fieldsAt returns field i of every line of text.
-func fieldsAt(text string, i int) []string {
-	var out []string
-	for _, l := range strings.Split(text, "\n") {
-		if f := strings.Fields(l); len(f) > i {
-			out = append(out, f[i])
-		}
-	}
-	return out
-}
-
 func gaps(at []time.Time) string {
 	var s []string
 	for k := 1; k < len(at); k++ {
 		s = append(s, at[k].Sub(at[k-1]).Round(10*time.Millisecond).String())
 	}
 	return strings.Join(s, " ")
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -1,7 +1,8 @@
 // Package testenv gives the project's tests what they share: building the
-// real binaries once per test process, and requiring root or a tool in a way
+// real binaries once per test process; requiring root or a tool in a way
 // that skips on a developer's machine that lacks it but fails under CI=true,
-// where every prerequisite must be present.
+// where every prerequisite must be present; and reading what a run leaves
+// behind: zombies in /proc, the task helper's files, the end of a log.
 package testenv
 
 import (

@@ -1,0 +1,101 @@
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Zombies lists the zombie children of pid.
+func Zombies(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var zs []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		// The command name, in parentheses, may hold spaces: the state
+		// and the parent's pid are the first two fields after it.
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
+			zs = append(zs, p)
+		}
+	}
+	return zs
+}
+
+// Tail returns the last n lines of s, for a failure message.
+func Tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// ReadStarts reads the task helper's --starts file: one start time per line.
+func ReadStarts(tb testing.TB, path string) []time.Time {
+	tb.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var at []time.Time
+	for _, l := range strings.Fields(string(data)) {
+		ns, err := strconv.ParseInt(l, 10, 64)
+		if err != nil {
+			tb.Fatalf("bad start line %q in %s", l, path)
+		}
+		at = append(at, time.Unix(0, ns))
+	}
+	return at
+}
+
+// Received is one signal that the task helper recorded.
+type Received struct {
+	Signal string // without SIG: TERM, HUP ...
+	At     time.Time
+}
+
+// Record is what the task helper's --record file holds, in order.
+type Record []Received
+
+// ReadRecord reads the task helper's --record file.
+func ReadRecord(tb testing.TB, path string) Record {
+	tb.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatalf("read record: %v", err)
+	}
+	var r Record
+	for sc := bufio.NewScanner(bytes.NewReader(data)); sc.Scan(); {
+		l := sc.Text()
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			tb.Fatalf("bad record line %q in %s", l, path)
+		}
+		ns, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			tb.Fatalf("bad record line %q in %s", l, path)
+		}
+		r = append(r, Received{f[0], time.Unix(0, ns)})
+	}
+	return r
+}
+
+// Signals returns the names of the signals received, joined by commas.
+func (r Record) Signals() string {
+	s := make([]string, len(r))
+	for k, rec := range r {
+		s[k] = rec.Signal
+	}
+	return strings.Join(s, ",")
+}
