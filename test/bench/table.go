@@ -41,10 +41,12 @@ func (r *results) write(w io.Writer) {
 		shown := map[string]bool{}
 		for _, c := range r.inits {
 			s := r.get(wl, c.name)
-			if len(s) == 0 || (wl == wSize && shown[c.binary]) {
+			// nodeinit's three rows share one binary: its size once.
+			file := c.binary + c.reference
+			if len(s) == 0 || (wl == wSize && shown[file]) {
 				continue
 			}
-			shown[c.binary] = true
+			shown[file] = true
 			m := median(s)
 			ratio := "–"
 			if base > 0 {
