@@ -59,7 +59,10 @@ func boot(cfg *config.Config) int {
 			return exitFailure
 		}
 	}
-	// A TERM that arrives while nodeinit prepares is kept for the executor.
+	// Catching completes while nodeinit prepares, and before the first fork;
+	// a TERM caught before the executor runs is kept for it. (One that comes
+	// sooner, while the Go runtime starts or the catching is under way, ends
+	// nodeinit before it has started anything.)
 	signals := supervisor.CatchSignals()
 	// From here on nodeinit's log goes to stdout through a queue, so that a
 	// stdout nobody reads never blocks reaping or signal handling.
