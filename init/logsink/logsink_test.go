@@ -2,11 +2,14 @@ package logsink
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestEveryLineArrivesInOrder(t *testing.T) {
@@ -80,5 +83,61 @@ func TestWriteToAClosedPipeDoesNotKill(t *testing.T) {
 	s.Write([]byte("nobody reads this\n"))
 	if !s.Flush(5 * time.Second) {
 		t.Fatal("Flush did not return after EPIPE")
+	}
+}
+
+// A stdout inherited in non-blocking mode fills up and says EAGAIN; the
+// writer waits for it to drain instead of losing what it holds.
+func TestNonBlockingOutputLosesNothing(t *testing.T) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	// NewFile, as the runtime makes os.Stdout: the descriptor stays
+	// non-blocking, where os.Pipe's Fd would switch it to blocking.
+	r, w := os.NewFile(uintptr(p[0]), "r"), os.NewFile(uintptr(p[1]), "w")
+	defer r.Close()
+	s := New(w, DefaultLimit)
+	const n = 20000 // about 200 kB, several times what the pipe holds
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(s, "line %d\n", i)
+	}
+	if flags, err := unix.FcntlInt(uintptr(p[1]), unix.F_GETFL, 0); err != nil || flags&unix.O_NONBLOCK == 0 {
+		t.Fatalf("the output is no longer non-blocking (flags %#x, %v)", flags, err)
+	}
+	done := make(chan bool, 1)
+	go func() {
+		done <- s.Flush(10 * time.Second)
+		w.Close()
+	}()
+	// Read with a blocking loop on the non-blocking end.
+	var got strings.Builder
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := unix.Read(p[0], buf)
+		if errors.Is(err, unix.EAGAIN) {
+			pfd := []unix.PollFd{{Fd: int32(p[0]), Events: unix.POLLIN}}
+			unix.Poll(pfd, 1000)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 0 {
+			break
+		}
+		got.Write(buf[:k])
+	}
+	if !<-done {
+		t.Fatal("Flush timed out")
+	}
+	lines := strings.Split(strings.TrimSuffix(got.String(), "\n"), "\n")
+	if len(lines) != n {
+		t.Fatalf("got %d lines, want %d", len(lines), n)
+	}
+	for i, l := range lines {
+		if want := fmt.Sprintf("line %d", i); l != want {
+			t.Fatalf("line %d is %q, want %q", i, l, want)
+		}
 	}
 }
