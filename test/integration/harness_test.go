@@ -5,14 +5,10 @@
 package integration
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -168,26 +164,4 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-// processesWithArg lists live processes whose command line holds arg.
-func processesWithArg(arg string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var ps []int
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
-		if err != nil || !bytes.Contains(cmdline, []byte(arg)) {
-			continue
-		}
-		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		s := string(stat)
-		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 0 && f[0] != "Z" {
-			ps = append(ps, p)
-		}
-	}
-	return ps
 }

@@ -268,7 +268,7 @@ func TestExecutorDeathEndsProxyAndLeftoversWithinGracePeriod(t *testing.T) {
 			"--", task, "--grandchild="+token, "--ready="+ready, "--lifetime=300ms", "--exit=5")
 		waitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
 		grandchild := "grandchild\x00" + token
-		if len(processesWithArg(grandchild)) != 1 {
+		if len(testenv.ProcessesWithArg(grandchild)) != 1 {
 			t.Fatalf("grandchild not running")
 		}
 		began := time.Now()
@@ -279,7 +279,7 @@ func TestExecutorDeathEndsProxyAndLeftoversWithinGracePeriod(t *testing.T) {
 		if d := time.Since(began); d > 3*time.Second {
 			t.Errorf("nodeinit took %v to end after the executor", d)
 		}
-		if ps := processesWithArg(grandchild); len(ps) != 0 {
+		if ps := testenv.ProcessesWithArg(grandchild); len(ps) != 0 {
 			t.Errorf("leftover grandchild %v still alive after nodeinit exited", ps)
 		}
 		if !strings.Contains(i.log(), "Grace period over; killing what is left") {

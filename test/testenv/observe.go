@@ -13,8 +13,35 @@ import (
 
 // Zombies lists the zombie children of pid.
 func Zombies(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
 	var zs []int
+	eachProcess(func(p int, state string, ppid int) {
+		if state == "Z" && ppid == pid {
+			zs = append(zs, p)
+		}
+	})
+	return zs
+}
+
+// ProcessesWithArg lists the live (not zombie) processes whose command line
+// holds arg.
+func ProcessesWithArg(arg string) []int {
+	var ps []int
+	eachProcess(func(p int, state string, _ int) {
+		if state == "Z" {
+			return
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		if err == nil && bytes.Contains(cmdline, []byte(arg)) {
+			ps = append(ps, p)
+		}
+	})
+	return ps
+}
+
+// eachProcess calls f with the state and the parent's pid of every process
+// in /proc; one that ends meanwhile is left out.
+func eachProcess(f func(pid int, state string, ppid int)) {
+	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		p, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -27,12 +54,13 @@ func Zombies(pid int) []int {
 		// The command name, in parentheses, may hold spaces: the state
 		// and the parent's pid are the first two fields after it.
 		s := string(stat)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
-			zs = append(zs, p)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) < 2 {
+			continue
 		}
+		ppid, _ := strconv.Atoi(fields[1])
+		f(p, fields[0], ppid)
 	}
-	return zs
 }
 
 // Tail returns the last n lines of s, for a failure message.
