@@ -139,8 +139,14 @@ func TestPidExhaustionIsRetriedWithBackoff(t *testing.T) {
 	cg := filepath.Join(pidsRoot, fmt.Sprintf("nodeinit-test-%d", os.Getpid()))
 	must(t, os.Mkdir(cg, 0o755))
 	t.Cleanup(func() {
-		// Whatever is left dies with the test's nodeinit; then remove.
+		// Whatever is left, on a failure too, is killed; then remove.
 		for k := 0; k < 100 && os.Remove(cg) != nil; k++ {
+			procs, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+			for _, f := range strings.Fields(string(procs)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
@@ -151,14 +157,21 @@ func TestPidExhaustionIsRetriedWithBackoff(t *testing.T) {
 	must(t, err)
 	defer out.Close()
 	// Join the cgroup before exec, so nodeinit and its children count.
+	executor := filepath.Join(dir, "executor.json")
 	cmd := exec.Command("/bin/sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg,
 		nodeinit, "--proxy-path="+task, "--proxy-arg=--starts="+starts, "--proxy-arg=--lifetime=50ms",
-		"--proxy-restart-backoff=50ms", "--proxy-restart-backoff-max=100ms", "--", task)
+		"--proxy-restart-backoff=50ms", "--proxy-restart-backoff-max=100ms", "--", task, "--report="+executor)
 	cmd.Stdout, cmd.Stderr = out, out
 	must(t, cmd.Start())
 	defer cmd.Process.Kill()
-	waitFor(t, 10*time.Second, "first proxy start", func() bool { return exists(starts) })
+	waitFor(t, 10*time.Second, "first proxy start", func() bool { return exists(starts) && exists(executor) })
 
+	// The executor leaves the limit: it is a Go program too, and one that
+	// needs another thread while no task may be made dies of it. What is
+	// under test is nodeinit and the proxy.
+	exePid := readReport(t, executor).Pid
+	t.Cleanup(func() { syscall.Kill(exePid, syscall.SIGKILL) }) // if nodeinit did not end it
+	must(t, os.WriteFile(filepath.Join(pidsRoot, "cgroup.procs"), []byte(strconv.Itoa(exePid)), 0o644))
 	// No new task may be made in the cgroup now: every respawn fails.
 	must(t, os.WriteFile(filepath.Join(cg, "pids.max"), []byte("1"), 0o644))
 	logPath := out.Name()
