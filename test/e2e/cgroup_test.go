@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 // cgroupMounts lists the host's cgroup hierarchies from /proc/self/mountinfo:
@@ -155,7 +157,7 @@ func TestMesosDockerContainerizerTaskJoinsItsCgroup(t *testing.T) {
 		}
 	}
 
-	r := readReport(t, c.path("executor.json"))
+	r := testenv.ReadReport(t, c.path("executor.json"))
 	if want := "--cgroup-root=/mesos/" + id; !slices.Contains(r.Args, want) {
 		t.Errorf("executor args %q lack %s", r.Args, want)
 	}
@@ -188,7 +190,7 @@ func TestPrivateCgroupNamespaceV2Evacuation(t *testing.T) {
 	c.waitFile(t, "proxy.ready")
 
 	for _, task := range []string{"executor", "proxy"} {
-		if got := v2Line(readReport(t, c.path(task+".json")).Cgroup); got != "/init" {
+		if got := v2Line(testenv.ReadReport(t, c.path(task+".json")).Cgroup); got != "/init" {
 			t.Errorf("%s is in cgroup %q of the namespace, want /init (evacuated from the namespace root)", task, got)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 // klogLine is klog's header with the process id 1: "I1130 07:45:01.123456       1 file.go:42] ".
@@ -29,7 +31,7 @@ func TestNodeinitIsPID1AndLogsToPodmanLogs(t *testing.T) {
 		t.Errorf("podman top does not show nodeinit as pid 1:\n%s", top)
 	}
 	for _, task := range []string{"executor", "proxy"} {
-		r := readReport(t, c.path(task+".json"))
+		r := testenv.ReadReport(t, c.path(task+".json"))
 		if r.Ppid != 1 {
 			t.Errorf("%s's parent is pid %d, want nodeinit (1)", task, r.Ppid)
 		}

@@ -6,7 +6,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -193,30 +192,6 @@ func waitFor(t *testing.T, dir string, timeout time.Duration, what string, stop 
 		_, _ = unix.Read(fd, buf) // drain; done() looks at the files themselves
 	}
 	return false
-}
-
-// report is what the task helper writes with --report.
-type report struct {
-	Pid     int      `json:"pid"`
-	Ppid    int      `json:"ppid"`
-	Pgid    int      `json:"pgid"`
-	MountNS string   `json:"mountns"`
-	Cgroup  string   `json:"cgroup"`
-	Args    []string `json:"args"`
-	Env     []string `json:"env"`
-}
-
-func readReport(t *testing.T, path string) report {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read task report: %v", err)
-	}
-	var r report
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatalf("task report %s: %v", path, err)
-	}
-	return r
 }
 
 // signalTimes returns when each signal named sig was recorded in a task's

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 // TestRuncRunsImageRootfs runs nodeinit with runc directly, on an OCI bundle
@@ -69,7 +71,7 @@ func TestRuncRunsImageRootfs(t *testing.T) {
 		return errE == nil && errP == nil
 	})
 	for _, task := range []string{"executor", "proxy"} {
-		if r := readReport(t, c.path(task+".json")); r.Ppid != 1 {
+		if r := testenv.ReadReport(t, c.path(task+".json")); r.Ppid != 1 {
 			t.Errorf("%s's parent is pid %d, want nodeinit as pid 1", task, r.Ppid)
 		}
 	}

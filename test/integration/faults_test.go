@@ -169,7 +169,7 @@ func TestPidExhaustionIsRetriedWithBackoff(t *testing.T) {
 	// The executor leaves the limit: it is a Go program too, and one that
 	// needs another thread while no task may be made dies of it. What is
 	// under test is nodeinit and the proxy.
-	exePid := readReport(t, executor).Pid
+	exePid := testenv.ReadReport(t, executor).Pid
 	t.Cleanup(func() { syscall.Kill(exePid, syscall.SIGKILL) }) // if nodeinit did not end it
 	must(t, os.WriteFile(filepath.Join(pidsRoot, "cgroup.procs"), []byte(strconv.Itoa(exePid)), 0o644))
 	// No new task may be made in the cgroup now: every respawn fails.

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,25 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
-
-// report is what the task helper writes with --report.
-type report struct {
-	Pid     int      `json:"pid"`
-	MountNS string   `json:"mountns"`
-	Cgroup  string   `json:"cgroup"`
-	Args    []string `json:"args"`
-	Env     []string `json:"env"`
-}
-
-func readReport(t *testing.T, path string) report {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	must(t, err)
-	var r report
-	must(t, json.Unmarshal(data, &r))
-	return r
-}
 
 func envValue(env []string, key string) (string, bool) {
 	for _, kv := range env {
@@ -77,13 +60,13 @@ func TestChildrenGetAssembledArgumentsAndEnvironment(t *testing.T) {
 	i.signal(syscall.SIGTERM)
 	i.wait(10 * time.Second)
 
-	pr := readReport(t, px)
+	pr := testenv.ReadReport(t, px)
 	wantArgs := []string{"--bind-address=0.0.0.0", "--v=0", "--proxy-mode=nftables", "--conntrack-min=131072",
 		"--kubeconfig=/etc/kubernetes/proxy.conf", "--master=https://api:6443", "--report=" + px, "--b"}
 	if strings.Join(pr.Args, " ") != strings.Join(wantArgs, " ") {
 		t.Errorf("proxy args = %q\nwant %q", pr.Args, wantArgs)
 	}
-	er := readReport(t, ex)
+	er := testenv.ReadReport(t, ex)
 	wd, _ := os.Getwd()
 	if path, _ := envValue(er.Env, "PATH"); path != "/opt/node/bin:/usr/bin:"+filepath.Join(wd, "bin") {
 		t.Errorf("executor PATH = %q", path)

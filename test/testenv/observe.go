@@ -3,6 +3,7 @@ package testenv
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -126,4 +127,29 @@ func (r Record) Signals() string {
 		s[k] = rec.Signal
 	}
 	return strings.Join(s, ",")
+}
+
+// Report is what the task helper writes with --report: where it runs.
+type Report struct {
+	Pid     int      `json:"pid"`
+	Ppid    int      `json:"ppid"`
+	Pgid    int      `json:"pgid"`
+	MountNS string   `json:"mountns"`
+	Cgroup  string   `json:"cgroup"` // the text of /proc/self/cgroup
+	Args    []string `json:"args"`
+	Env     []string `json:"env"`
+}
+
+// ReadReport reads the task helper's --report file.
+func ReadReport(tb testing.TB, path string) Report {
+	tb.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatalf("read task report: %v", err)
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		tb.Fatalf("task report %s: %v", path, err)
+	}
+	return r
 }
