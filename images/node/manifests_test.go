@@ -23,11 +23,7 @@ import (
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // gracePeriod is the --shutdown-grace-period in args, else the default config's.
 func gracePeriod(t *testing.T, args []string) time.Duration {

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"os"
 	"testing"
 
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestShortRunMeasuresEveryInitInEveryWorkload runs the harness as CI does,
 // in short mode, and requires a measurement of every workload for every

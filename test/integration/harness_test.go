@@ -16,11 +16,7 @@ import (
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // mode is how nodeinit runs: as PID 1 of a new pid namespace, or as an
 // ordinary child that registers as subreaper.

@@ -26,11 +26,7 @@ import (
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // taskReport is what the task helper writes with --report.
 type taskReport struct {

@@ -18,11 +18,7 @@ import (
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // The proxy's default restart policy (--proxy-restart-backoff=1s,
 // --proxy-restart-backoff-max=30s): the delays a proxy that always exits at

@@ -125,3 +125,11 @@ func Cleanup() {
 		os.RemoveAll(buildDir)
 	}
 }
+
+// Main runs a package's tests and then removes what Build left behind; a
+// test package's TestMain is this call.
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
