@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 )
 
 // A contender is one PID-1 program under comparison, with the options it runs
@@ -50,14 +51,8 @@ func initsFor(nodeinit string) []*contender {
 				return append(append(a, "--"), child...)
 			}},
 		{name: "nodeinit+mountns", binary: nodeinit, pkg: "make build", argv: plain("--private-mountns")},
-		{name: "go-minimal", reference: "gominimal",
-			argv: func(h *helpers, _ []string, child []string) []string {
-				return append([]string{h.gominimal}, child...)
-			}},
-		{name: "go-bare", reference: "gobare", noSignals: true,
-			argv: func(h *helpers, _ []string, child []string) []string {
-				return append([]string{h.gobare}, child...)
-			}},
+		{name: "go-minimal", reference: "gominimal", argv: reference("gominimal")},
+		{name: "go-bare", reference: "gobare", noSignals: true, argv: reference("gobare")},
 		{name: "tini-static", binary: "tini-static", pkg: "tini",
 			argv: func(h *helpers, _ []string, child []string) []string {
 				return append([]string{h.bin["tini-static"], "--"}, child...)
@@ -111,4 +106,12 @@ func requireRoot() error {
 		return fmt.Errorf("needs root: every init runs as PID 1 of a new pid namespace")
 	}
 	return nil
+}
+
+// reference runs the harness's own program name (built with the helpers)
+// with the child as its command.
+func reference(name string) func(*helpers, []string, []string) []string {
+	return func(h *helpers, _ []string, child []string) []string {
+		return append([]string{filepath.Join(h.dir, name)}, child...)
+	}
 }

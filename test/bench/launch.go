@@ -20,15 +20,13 @@ import (
 // helpers are the harness's own programs, built into a temporary directory,
 // and the resolved paths of the inits.
 type helpers struct {
-	dir       string
-	pid1      string
-	orphans   string
-	sigstamp  string
-	sleeper   string
-	gominimal string
-	gobare    string
-	bin       map[string]string
-	seq       atomic.Int64
+	dir      string
+	pid1     string
+	orphans  string
+	sigstamp string
+	sleeper  string
+	bin      map[string]string
+	seq      atomic.Int64
 }
 
 // buildHelpers compiles the helper programs next to this package into dir.
@@ -49,13 +47,11 @@ func buildHelpers(dir string) (*helpers, error) {
 		return nil, fmt.Errorf("build the helper programs: %w\n%s", err, out)
 	}
 	return &helpers{
-		dir:       dir,
-		pid1:      filepath.Join(dir, "pid1"),
-		orphans:   filepath.Join(dir, "orphans"),
-		sigstamp:  filepath.Join(dir, "sigstamp"),
-		sleeper:   filepath.Join(dir, "sleeper"),
-		gominimal: filepath.Join(dir, "gominimal"),
-		gobare:    filepath.Join(dir, "gobare"),
+		dir:      dir,
+		pid1:     filepath.Join(dir, "pid1"),
+		orphans:  filepath.Join(dir, "orphans"),
+		sigstamp: filepath.Join(dir, "sigstamp"),
+		sleeper:  filepath.Join(dir, "sleeper"),
 	}, nil
 }
 
