@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // MarkerEnv is the environment variable that tells a re-executed nodeinit it
@@ -63,14 +65,14 @@ func Enter() error {
 	// error, and a thread with a namespace of its own must not run other
 	// goroutines.
 	runtime.LockOSThread()
-	if err := unshare(unix.CLONE_NEWNS); err != nil {
+	if err := linux.Unshare(unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("enter a private mount namespace: %w%s", err, permissionHint(err))
 	}
-	if err := setPropagation("/", unix.MS_SLAVE|unix.MS_REC); err != nil {
+	if err := linux.SetPropagation("/", unix.MS_SLAVE|unix.MS_REC); err != nil {
 		return fmt.Errorf("make / a recursive slave in the new mount namespace: %w%s", err, permissionHint(err))
 	}
 	env := append(os.Environ(), MarkerEnv+"="+current)
-	if err := execve(selfExe, os.Args, env); err != nil {
+	if err := linux.Exec(selfExe, os.Args, env); err != nil {
 		return fmt.Errorf("re-execute nodeinit inside the new mount namespace: %w", err)
 	}
 	return nil
@@ -84,7 +86,7 @@ func InPrivate() bool { return inPrivate }
 // the current mount namespace, so that mounts a kubelet makes below a
 // volume path propagate to the runtime that needs to see them.
 func MakeRShared() error {
-	if err := setPropagation("/", unix.MS_SHARED|unix.MS_REC); err != nil {
+	if err := linux.SetPropagation("/", unix.MS_SHARED|unix.MS_REC); err != nil {
 		return fmt.Errorf("make / recursively shared: %w%s", err, permissionHint(err))
 	}
 	return nil

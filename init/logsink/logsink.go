@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // DefaultLimit is how many bytes of log may wait for stdout.
@@ -114,13 +116,11 @@ func (s *Sink) Flush(timeout time.Duration) bool {
 // waited on until it takes more.
 func writeAll(fd int, b []byte) error {
 	for len(b) > 0 {
-		n, err := unix.Write(fd, b)
+		n, err := linux.Write(fd, b)
 		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
 		case errors.Is(err, unix.EAGAIN):
 			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-			if _, err := unix.Poll(pfd, -1); err != nil && !errors.Is(err, unix.EINTR) {
+			if _, err := linux.Poll(pfd, -1); err != nil {
 				return err
 			}
 			continue

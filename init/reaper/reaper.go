@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // Exit is the end of one tracked child.
@@ -86,10 +88,7 @@ func (r *Reaper) Reap() (exits []Exit, none bool) {
 	defer r.mu.Unlock()
 	for {
 		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
+		pid, err := linux.Wait4(-1, &ws, unix.WNOHANG)
 		if errors.Is(err, unix.ECHILD) {
 			return exits, true
 		}
