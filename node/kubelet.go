@@ -1,0 +1,125 @@
+package node
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// KubeletConfig is the part of the kubelet's own configuration that nodeinit
+// reads: its --config file (a KubeletConfiguration) with the drop-ins of its
+// --config-dir merged over it, as the kubelet merges them. Only the fields
+// nodeinit acts on are decoded; the kubelet validates the rest.
+type KubeletConfig struct {
+	// File is the --config file, empty when the executor has none; Files
+	// lists it and every drop-in read, in the order they were merged.
+	File  string   `json:"-"`
+	Files []string `json:"-"`
+
+	CgroupRoot string `json:"cgroupRoot,omitempty"`
+	Address    string `json:"address,omitempty"`
+	// ShutdownGracePeriod and ShutdownGracePeriodCriticalPods, or
+	// ShutdownGracePeriodByPodPriority, set up graceful node shutdown.
+	ShutdownGracePeriod              kubeletDuration         `json:"shutdownGracePeriod,omitempty"`
+	ShutdownGracePeriodCriticalPods  kubeletDuration         `json:"shutdownGracePeriodCriticalPods,omitempty"`
+	ShutdownGracePeriodByPodPriority []ShutdownGracePeriodAt `json:"shutdownGracePeriodByPodPriority,omitempty"`
+}
+
+// ShutdownGracePeriodAt is one entry of shutdownGracePeriodByPodPriority.
+type ShutdownGracePeriodAt struct {
+	Priority                   int32 `json:"priority"`
+	ShutdownGracePeriodSeconds int64 `json:"shutdownGracePeriodSeconds"`
+}
+
+// kubeletDuration is a duration as the kubelet writes it ("30s", "1m").
+type kubeletDuration struct{ time.Duration }
+
+func (d *kubeletDuration) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	if s == "null" || s == "" {
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("not a duration: %s", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// ShutdownDelay is how long the kubelet's graceful node shutdown asks the
+// system to wait for it: the sum of the grace periods by pod priority, which
+// the kubelet derives from shutdownGracePeriod when they are not given. Zero
+// means the kubelet does not shut the node down gracefully.
+func (k KubeletConfig) ShutdownDelay() time.Duration {
+	if len(k.ShutdownGracePeriodByPodPriority) == 0 {
+		return k.ShutdownGracePeriod.Duration
+	}
+	var sum int64
+	for _, p := range k.ShutdownGracePeriodByPodPriority {
+		sum += p.ShutdownGracePeriodSeconds
+	}
+	return time.Duration(sum) * time.Second
+}
+
+// maxKubeletFile bounds what is read of one kubelet configuration file.
+const maxKubeletFile = 1 << 20
+
+// ReadKubeletConfig reads the kubelet configuration that args (the
+// executor's arguments) point at with --config and --config-dir. Without
+// --config it returns the zero KubeletConfig and no error: the executor may
+// not be a kubelet at all. A file named but unreadable or not YAML is an
+// error that names it.
+func ReadKubeletConfig(args []string) (KubeletConfig, error) {
+	var k KubeletConfig
+	file, _ := flagValue(args, "config")
+	if file == "" {
+		return k, nil
+	}
+	k.File = file
+	files := []string{file}
+	if dir, _ := flagValue(args, "config-dir"); dir != "" {
+		// The kubelet merges every *.conf of the drop-in directory over the
+		// file, in lexical order.
+		dropins, err := filepath.Glob(filepath.Join(dir, "*.conf"))
+		if err != nil {
+			return k, fmt.Errorf("kubelet --config-dir %s: %w", dir, err)
+		}
+		slices.Sort(dropins)
+		files = append(files, dropins...)
+	}
+	for _, f := range files {
+		if err := mergeKubeletFile(&k, f); err != nil {
+			return k, err
+		}
+		k.Files = append(k.Files, f)
+	}
+	return k, nil
+}
+
+func mergeKubeletFile(k *KubeletConfig, file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return fmt.Errorf("read the kubelet's configuration: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxKubeletFile+1))
+	if err != nil {
+		return fmt.Errorf("read the kubelet's configuration %s: %w", file, err)
+	}
+	if len(data) > maxKubeletFile {
+		return fmt.Errorf("read the kubelet's configuration %s: larger than %d bytes", file, maxKubeletFile)
+	}
+	// Unmarshal over what earlier files set: a field a drop-in leaves out
+	// keeps its value, as in the kubelet.
+	if err := yaml.Unmarshal(data, k); err != nil {
+		return fmt.Errorf("read the kubelet's configuration %s: %w", file, err)
+	}
+	return nil
+}
