@@ -18,20 +18,20 @@ func TestDemoRunsAndStopsGracefullyOnInt(t *testing.T) {
 	proxy := testenv.Build(t, "./test/helpers/demo-proxy")
 	i := start(t, asPID1, "--proxy-path="+proxy, "--proxy-arg=--interval=100ms", "--shutdown-grace-period=5s",
 		"--", executor, "--interval=100ms", "--drain=100ms")
-	waitFor(t, 10*time.Second, "heartbeats and rule syncs", func() bool {
-		l := i.log()
+	testenv.WaitFor(t, 10*time.Second, "heartbeats and rule syncs", func() bool {
+		l := i.Log()
 		return strings.Contains(l, "heartbeat 3") && strings.Contains(l, "synced service rules")
 	})
-	i.signal(syscall.SIGINT)
-	if got := i.wait(10 * time.Second); got != 0 {
-		t.Fatalf("exit %d; log:\n%s", got, i.log())
+	i.Signal(syscall.SIGINT)
+	if got := i.Wait(10 * time.Second); got != 0 {
+		t.Fatalf("exit %d; log:\n%s", got, i.Log())
 	}
 	for _, want := range []string{"got interrupt: draining pods", "[demo-proxy] got terminated: exiting 0", "orphansReaped="} {
-		if !strings.Contains(i.log(), want) {
-			t.Errorf("demo log lacks %q:\n%s", want, i.log())
+		if !strings.Contains(i.Log(), want) {
+			t.Errorf("demo log lacks %q:\n%s", want, i.Log())
 		}
 	}
-	if strings.Contains(i.log(), "Restarted task") {
-		t.Errorf("the demo proxy restarted:\n%s", i.log())
+	if strings.Contains(i.Log(), "Restarted task") {
+		t.Errorf("the demo proxy restarted:\n%s", i.Log())
 	}
 }

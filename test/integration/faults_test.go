@@ -22,10 +22,10 @@ func TestForkStormLeavesNoZombie(t *testing.T) {
 	_, task := binaries(t)
 	ready := filepath.Join(t.TempDir(), "ready")
 	i := start(t, asPID1, "--run-proxy=false", "--", task, "--orphans=20000", "--ready="+ready, "--exit=4")
-	waitFor(t, 60*time.Second, "orphans made", func() bool { return exists(ready) })
-	waitFor(t, 10*time.Second, "no zombie left", func() bool { return len(testenv.Zombies(i.cmd.Process.Pid)) == 0 })
-	i.signal(syscall.SIGTERM)
-	if got := i.wait(10 * time.Second); got != 4 {
+	testenv.WaitFor(t, 60*time.Second, "orphans made", func() bool { return exists(ready) })
+	testenv.WaitFor(t, 10*time.Second, "no zombie left", func() bool { return len(testenv.Zombies(i.Pid())) == 0 })
+	i.Signal(syscall.SIGTERM)
+	if got := i.Wait(10 * time.Second); got != 4 {
 		t.Fatalf("exit %d, want 4", got)
 	}
 }
@@ -39,23 +39,23 @@ func TestSignalStormThenGracefulShutdown(t *testing.T) {
 		ex, px := filepath.Join(dir, "executor"), filepath.Join(dir, "proxy")
 		i := start(t, m, "--proxy-path="+task, "--proxy-arg=--ready="+px+".ready",
 			"--", task, "--record="+ex+".rec", "--ready="+ex+".ready", "--exit=6")
-		waitFor(t, 10*time.Second, "tasks ready", func() bool { return exists(ex+".ready") && exists(px+".ready") })
+		testenv.WaitFor(t, 10*time.Second, "tasks ready", func() bool { return exists(ex+".ready") && exists(px+".ready") })
 		storm := []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCHLD}
 		for n := 0; n < 10000; n++ {
-			must(t, syscall.Kill(i.cmd.Process.Pid, storm[n%len(storm)]))
+			must(t, syscall.Kill(i.Pid(), storm[n%len(storm)]))
 		}
-		if !i.running() {
-			t.Fatalf("nodeinit died in the storm; log:\n%s", testenv.Tail(i.log(), 10))
+		if !i.Running() {
+			t.Fatalf("nodeinit died in the storm; log:\n%s", testenv.Tail(i.Log(), 10))
 		}
-		i.signal(syscall.SIGTERM)
-		if got := i.wait(15 * time.Second); got != 6 {
+		i.Signal(syscall.SIGTERM)
+		if got := i.Wait(15 * time.Second); got != 6 {
 			t.Fatalf("exit %d after the storm and TERM, want the executor's 6", got)
 		}
 		recs := testenv.ReadRecord(t, ex+".rec")
 		if len(recs) == 0 || recs[len(recs)-1].Signal != "TERM" {
 			t.Errorf("executor's last signal is not TERM: %s", recs[max(0, len(recs)-5):].Signals())
 		}
-		if strings.Contains(i.log(), "Restarted task") {
+		if strings.Contains(i.Log(), "Restarted task") {
 			t.Errorf("the storm made the proxy restart")
 		}
 	})
@@ -74,8 +74,8 @@ func TestExitStatusSurvivesSimultaneousDeaths(t *testing.T) {
 		code := n % 256
 		i := start(t, asPID1, "--proxy-path="+task, "--proxy-arg=--lifetime=15ms", "--proxy-arg=--exit=1",
 			"--", task, "--orphans=100", "--lifetime=15ms", "--exit="+strconv.Itoa(code))
-		if got := i.wait(20 * time.Second); got != code {
-			t.Fatalf("run %d: exit %d, want %d; log:\n%s", n, got, code, i.log())
+		if got := i.Wait(20 * time.Second); got != code {
+			t.Fatalf("run %d: exit %d, want %d; log:\n%s", n, got, code, i.Log())
 		}
 	}
 }
@@ -91,8 +91,8 @@ func TestProxyCrashLoopFollowsBackoff(t *testing.T) {
 		"--", task, "--record="+ex+".rec", "--report="+ex+".json")
 	window := 3 * time.Second
 	time.Sleep(window)
-	i.signal(syscall.SIGTERM)
-	if got := i.wait(10 * time.Second); got != 0 {
+	i.Signal(syscall.SIGTERM)
+	if got := i.Wait(10 * time.Second); got != 0 {
 		t.Fatalf("exit %d", got)
 	}
 	at := testenv.ReadStarts(t, starts)
@@ -114,7 +114,7 @@ func TestProxyCrashLoopFollowsBackoff(t *testing.T) {
 	if recs := testenv.ReadRecord(t, ex+".rec"); recs.Signals() != "TERM" {
 		t.Errorf("the crash loop reached the executor: it got %q", recs.Signals())
 	}
-	if c := strings.Count(i.log(), `task="executor"`); c != 1 {
+	if c := strings.Count(i.Log(), `task="executor"`); c != 1 {
 		t.Errorf("executor started %d times", c)
 	}
 }
@@ -164,7 +164,7 @@ func TestPidExhaustionIsRetriedWithBackoff(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = out, out
 	must(t, cmd.Start())
 	defer cmd.Process.Kill()
-	waitFor(t, 10*time.Second, "first proxy start", func() bool { return exists(starts) && exists(executor) })
+	testenv.WaitFor(t, 10*time.Second, "first proxy start", func() bool { return exists(starts) && exists(executor) })
 
 	// The executor leaves the limit: it is a Go program too, and one that
 	// needs another thread while no task may be made dies of it. What is
@@ -175,13 +175,13 @@ func TestPidExhaustionIsRetriedWithBackoff(t *testing.T) {
 	// No new task may be made in the cgroup now: every respawn fails.
 	must(t, os.WriteFile(filepath.Join(cg, "pids.max"), []byte("1"), 0o644))
 	logPath := out.Name()
-	waitFor(t, 10*time.Second, "respawns refused", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "respawns refused", func() bool {
 		b, _ := os.ReadFile(logPath)
 		return strings.Count(string(b), "resource temporarily unavailable") >= 3
 	})
 	before := countLines(t, starts)
 	must(t, os.WriteFile(filepath.Join(cg, "pids.max"), []byte("max"), 0o644))
-	waitFor(t, 10*time.Second, "proxy started again", func() bool { return countLines(t, starts) > before })
+	testenv.WaitFor(t, 10*time.Second, "proxy started again", func() bool { return countLines(t, starts) > before })
 
 	must(t, cmd.Process.Signal(syscall.SIGTERM))
 	if err := cmd.Wait(); err != nil {

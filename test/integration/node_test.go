@@ -32,13 +32,13 @@ func TestWriteFlagsPrintsCommandLinesAndStartsNothing(t *testing.T) {
 	i := start(t, asSubreaper, "--write-flags", "--proxy-mode=ipvs", "--proxy-logv=3", "--hostname-override=Node-A",
 		"--proxy-arg=--metrics-bind-address=0.0.0.0:10249", "--proxy-arg=two words",
 		"--", "/bin/touch", marker, "--address=10.1.2.3")
-	if got := i.wait(10 * time.Second); got != 0 {
-		t.Fatalf("exit %d; stderr %s", got, i.errlog())
+	if got := i.Wait(10 * time.Second); got != 0 {
+		t.Fatalf("exit %d; stderr %s", got, i.Stderr())
 	}
 	want := "/bin/touch " + marker + " --address=10.1.2.3\n" +
 		"kube-proxy --bind-address=10.1.2.3 --v=3 --proxy-mode=ipvs --hostname-override=node-a --metrics-bind-address=0.0.0.0:10249 'two words'\n"
-	if i.log() != want {
-		t.Errorf("--write-flags printed:\n%s\nwant:\n%s", i.log(), want)
+	if i.Log() != want {
+		t.Errorf("--write-flags printed:\n%s\nwant:\n%s", i.Log(), want)
 	}
 	if exists(marker) {
 		t.Error("--write-flags started the executor")
@@ -56,9 +56,9 @@ func TestChildrenGetAssembledArgumentsAndEnvironment(t *testing.T) {
 		"--proxy-kubeconfig=/etc/kubernetes/proxy.conf", "--master=https://api:6443",
 		"--proxy-arg=--report="+px, "--proxy-arg=--b", "--path-override=/opt/node/bin:/usr/bin",
 		"--", task, "--report="+ex)
-	waitFor(t, 10*time.Second, "reports", func() bool { return exists(ex) && exists(px) })
-	i.signal(syscall.SIGTERM)
-	i.wait(10 * time.Second)
+	testenv.WaitFor(t, 10*time.Second, "reports", func() bool { return exists(ex) && exists(px) })
+	i.Signal(syscall.SIGTERM)
+	i.Wait(10 * time.Second)
 
 	pr := testenv.ReadReport(t, px)
 	wantArgs := []string{"--bind-address=0.0.0.0", "--v=0", "--proxy-mode=nftables", "--conntrack-min=131072",
@@ -110,19 +110,19 @@ func TestBadInputsGetAMessageAndTheirExitCode(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i := start(t, asSubreaper, tc.args...)
-			if got := i.wait(10 * time.Second); got != tc.code {
-				t.Errorf("exit %d, want %d; stderr:\n%s\nstdout:\n%s", got, tc.code, i.errlog(), i.log())
+			if got := i.Wait(10 * time.Second); got != tc.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s\nstdout:\n%s", got, tc.code, i.Stderr(), i.Log())
 			}
-			lines := strings.Split(strings.TrimRight(i.errlog(), "\n"), "\n")
+			lines := strings.Split(strings.TrimRight(i.Stderr(), "\n"), "\n")
 			for k, want := range tc.stderr {
 				if k >= len(lines) || !strings.Contains(lines[k], want) {
-					t.Errorf("stderr line %d does not hold %q:\n%s", k+1, want, i.errlog())
+					t.Errorf("stderr line %d does not hold %q:\n%s", k+1, want, i.Stderr())
 				}
 			}
-			if tc.stdout != "" && !strings.Contains(i.log(), tc.stdout) {
-				t.Errorf("log does not name %q:\n%s", tc.stdout, i.log())
+			if tc.stdout != "" && !strings.Contains(i.Log(), tc.stdout) {
+				t.Errorf("log does not name %q:\n%s", tc.stdout, i.Log())
 			}
-			if strings.Contains(i.log(), "Started task") {
+			if strings.Contains(i.Log(), "Started task") {
 				t.Errorf("a task was started despite the bad input")
 			}
 		})
@@ -139,8 +139,8 @@ func TestLogDirRotatesWithoutLosingOrDuplicatingLines(t *testing.T) {
 	i := start(t, asSubreaper, "--log-dir="+logs, "--max-log-size=1Mi", "--max-log-backups=10",
 		"--proxy-path="+task, "--proxy-arg=--lines=10", "--proxy-arg=--lifetime=1h",
 		"--", task, fmt.Sprintf("--lines=%d", lines), "--lifetime=1ms", "--exit=3")
-	if got := i.wait(60 * time.Second); got != 3 {
-		t.Fatalf("exit %d; log:\n%s", got, i.log())
+	if got := i.Wait(60 * time.Second); got != 3 {
+		t.Fatalf("exit %d; log:\n%s", got, i.Log())
 	}
 	files, _ := filepath.Glob(filepath.Join(logs, "executor*.log"))
 	if len(files) < 4 {
@@ -175,7 +175,7 @@ func TestLogDirRotatesWithoutLosingOrDuplicatingLines(t *testing.T) {
 	if n := strings.Count(string(proxyLog), "\n"); n != 10 {
 		t.Errorf("proxy.log holds %d lines, want 10", n)
 	}
-	if strings.Contains(i.log(), "line 0000") {
+	if strings.Contains(i.Log(), "line 0000") {
 		t.Error("children's output reached nodeinit's stdout despite --log-dir")
 	}
 }
@@ -221,10 +221,10 @@ func TestReadyAndStoppingReachTheServiceManager(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")
 	i := start(t, asSubreaper, "--run-proxy=false", "--", task, "--ready="+ready)
 	expectMessage(t, msgs, "READY=1", 10*time.Second)
-	waitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
-	i.signal(syscall.SIGTERM)
+	testenv.WaitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
+	i.Signal(syscall.SIGTERM)
 	expectMessage(t, msgs, "STOPPING=1", 10*time.Second)
-	if got := i.wait(10 * time.Second); got != 0 {
+	if got := i.Wait(10 * time.Second); got != 0 {
 		t.Fatalf("exit %d", got)
 	}
 	select {
@@ -251,7 +251,7 @@ func TestReadyWaitsForTheReadyURL(t *testing.T) {
 	sock, msgs := notifySocket(t)
 	t.Setenv("NOTIFY_SOCKET", sock)
 	i := start(t, asSubreaper, "--run-proxy=false", "--ready-url="+srv.URL+"/healthz", "--", task)
-	waitFor(t, 10*time.Second, "the probe asking", func() bool { return asked.Load() >= 2 })
+	testenv.WaitFor(t, 10*time.Second, "the probe asking", func() bool { return asked.Load() >= 2 })
 	select {
 	case m := <-msgs:
 		t.Fatalf("%q sent while the URL answers 503", m)
@@ -259,7 +259,7 @@ func TestReadyWaitsForTheReadyURL(t *testing.T) {
 	}
 	healthy.Store(true)
 	expectMessage(t, msgs, "READY=1", 10*time.Second)
-	i.signal(syscall.SIGTERM)
+	i.Signal(syscall.SIGTERM)
 	expectMessage(t, msgs, "STOPPING=1", 10*time.Second)
-	i.wait(10 * time.Second)
+	i.Wait(10 * time.Second)
 }

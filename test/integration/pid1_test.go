@@ -19,8 +19,8 @@ func TestExitCodeOfTheExecutorIsNodeinits(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		for _, code := range []int{0, 1, 3, 42, 255} {
 			i := start(t, m, "--run-proxy=false", "--", task, "--lifetime=1ms", "--exit="+strconv.Itoa(code))
-			if got := i.wait(10 * time.Second); got != code {
-				t.Errorf("executor exit %d: nodeinit exited %d; log:\n%s", code, got, i.log())
+			if got := i.Wait(10 * time.Second); got != code {
+				t.Errorf("executor exit %d: nodeinit exited %d; log:\n%s", code, got, i.Log())
 			}
 		}
 	})
@@ -32,8 +32,8 @@ func TestDeathBySignalGives128PlusSignal(t *testing.T) {
 		for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSEGV, syscall.SIGTERM, syscall.SIGABRT} {
 			name := strings.TrimPrefix(fmt.Sprint(sig), "SIG")
 			i := start(t, m, "--run-proxy=false", "--", task, "--lifetime=1ms", "--die-by="+unixName(sig))
-			if got, want := i.wait(10*time.Second), 128+int(sig); got != want {
-				t.Errorf("executor killed by %s: nodeinit exited %d, want %d; log:\n%s", name, got, want, i.log())
+			if got, want := i.Wait(10*time.Second), 128+int(sig); got != want {
+				t.Errorf("executor killed by %s: nodeinit exited %d, want %d; log:\n%s", name, got, want, i.Log())
 			}
 		}
 	})
@@ -65,14 +65,14 @@ func TestCommandsThatCannotRun(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i := start(t, asSubreaper, tc.args...)
-			if got := i.wait(10 * time.Second); got != tc.code {
-				t.Errorf("exit %d, want %d; log:\n%s", got, tc.code, i.log())
+			if got := i.Wait(10 * time.Second); got != tc.code {
+				t.Errorf("exit %d, want %d; log:\n%s", got, tc.code, i.Log())
 			}
-			if !strings.Contains(i.log(), tc.msg) {
-				t.Errorf("log does not name %q:\n%s", tc.msg, i.log())
+			if !strings.Contains(i.Log(), tc.msg) {
+				t.Errorf("log does not name %q:\n%s", tc.msg, i.Log())
 			}
-			if strings.Count(strings.TrimSpace(i.log()), "\n") > 8 {
-				t.Errorf("too much said for one failure:\n%s", i.log())
+			if strings.Count(strings.TrimSpace(i.Log()), "\n") > 8 {
+				t.Errorf("too much said for one failure:\n%s", i.Log())
 			}
 		})
 	}
@@ -91,15 +91,15 @@ func TestUsageErrorsExitTwoWithOneLineOnStderr(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i := start(t, asSubreaper, tc.args...)
-			if got := i.wait(10 * time.Second); got != 2 {
+			if got := i.Wait(10 * time.Second); got != 2 {
 				t.Errorf("exit %d, want 2", got)
 			}
-			lines := strings.Split(strings.TrimSpace(i.errlog()), "\n")
+			lines := strings.Split(strings.TrimSpace(i.Stderr()), "\n")
 			if !strings.Contains(lines[0], tc.msg) || len(lines) > 2 {
-				t.Errorf("stderr = %q, want one line with %q and a hint", i.errlog(), tc.msg)
+				t.Errorf("stderr = %q, want one line with %q and a hint", i.Stderr(), tc.msg)
 			}
-			if i.log() != "" {
-				t.Errorf("stdout not empty on a usage error: %q", i.log())
+			if i.Log() != "" {
+				t.Errorf("stdout not empty on a usage error: %q", i.Log())
 			}
 		})
 	}
@@ -107,24 +107,24 @@ func TestUsageErrorsExitTwoWithOneLineOnStderr(t *testing.T) {
 
 func TestHelpAndVersionExitZero(t *testing.T) {
 	i := start(t, asSubreaper, "--help")
-	if got := i.wait(5 * time.Second); got != 0 || !strings.Contains(i.log(), "--shutdown-grace-period") || !strings.Contains(i.log(), "--vmodule") {
-		t.Errorf("--help: exit %d, stdout:\n%s", got, i.log())
+	if got := i.Wait(5 * time.Second); got != 0 || !strings.Contains(i.Log(), "--shutdown-grace-period") || !strings.Contains(i.Log(), "--vmodule") {
+		t.Errorf("--help: exit %d, stdout:\n%s", got, i.Log())
 	}
 	i = start(t, asSubreaper, "--version")
-	if got := i.wait(5 * time.Second); got != 0 || !strings.HasPrefix(i.log(), "nodeinit ") {
-		t.Errorf("--version: exit %d, stdout %q", got, i.log())
+	if got := i.Wait(5 * time.Second); got != 0 || !strings.HasPrefix(i.Log(), "nodeinit ") {
+		t.Errorf("--version: exit %d, stdout %q", got, i.Log())
 	}
 }
 
 func TestNotPID1RegistersAsSubreaperOnce(t *testing.T) {
 	_, task := binaries(t)
 	i := start(t, asSubreaper, "--run-proxy=false", task, "--lifetime=1ms")
-	i.wait(10 * time.Second)
-	if n := strings.Count(i.log(), "registered as child subreaper"); n != 1 {
-		t.Errorf("subreaper registration logged %d times:\n%s", n, i.log())
+	i.Wait(10 * time.Second)
+	if n := strings.Count(i.Log(), "registered as child subreaper"); n != 1 {
+		t.Errorf("subreaper registration logged %d times:\n%s", n, i.Log())
 	}
-	if i.errlog() != "" {
-		t.Errorf("stderr not empty: %q", i.errlog())
+	if i.Stderr() != "" {
+		t.Errorf("stderr not empty: %q", i.Stderr())
 	}
 }
 
@@ -138,10 +138,10 @@ func TestTermAndIntReachExecutorThenProxy(t *testing.T) {
 			ex, px := filepath.Join(dir, "executor"), filepath.Join(dir, "proxy")
 			i := start(t, m, "--proxy-path="+task, "--proxy-arg=--record="+px+".rec", "--proxy-arg=--ready="+px+".ready",
 				"--", task, "--record="+ex+".rec", "--ready="+ex+".ready", "--exit=7")
-			waitFor(t, 10*time.Second, "tasks ready", func() bool { return exists(ex+".ready") && exists(px+".ready") })
-			i.signal(sig)
-			if got := i.wait(10 * time.Second); got != 7 {
-				t.Fatalf("exit %d, want the executor's 7; log:\n%s", got, i.log())
+			testenv.WaitFor(t, 10*time.Second, "tasks ready", func() bool { return exists(ex+".ready") && exists(px+".ready") })
+			i.Signal(sig)
+			if got := i.Wait(10 * time.Second); got != 7 {
+				t.Fatalf("exit %d, want the executor's 7; log:\n%s", got, i.Log())
 			}
 			name := strings.TrimPrefix(unixSigName(sig), "SIG")
 			exRec, pxRec := testenv.ReadRecord(t, ex+".rec"), testenv.ReadRecord(t, px+".rec")
@@ -170,22 +170,22 @@ func TestHupReachesExecutorAndProxyAndOnlyForwards(t *testing.T) {
 		ex, px := filepath.Join(dir, "executor"), filepath.Join(dir, "proxy")
 		i := start(t, m, "--proxy-path="+task, "--proxy-arg=--record="+px+".rec", "--proxy-arg=--ready="+px+".ready",
 			"--", task, "--record="+ex+".rec", "--ready="+ex+".ready")
-		waitFor(t, 10*time.Second, "tasks ready", func() bool { return exists(ex+".ready") && exists(px+".ready") })
-		i.signal(syscall.SIGHUP)
-		waitFor(t, 5*time.Second, "HUP recorded by both", func() bool {
+		testenv.WaitFor(t, 10*time.Second, "tasks ready", func() bool { return exists(ex+".ready") && exists(px+".ready") })
+		i.Signal(syscall.SIGHUP)
+		testenv.WaitFor(t, 5*time.Second, "HUP recorded by both", func() bool {
 			e, _ := os.ReadFile(ex + ".rec")
 			p, _ := os.ReadFile(px + ".rec")
 			return strings.HasPrefix(string(e), "HUP ") && strings.HasPrefix(string(p), "HUP ")
 		})
 		time.Sleep(100 * time.Millisecond)
-		if !i.running() {
-			t.Fatalf("nodeinit ended after HUP; log:\n%s", i.log())
+		if !i.Running() {
+			t.Fatalf("nodeinit ended after HUP; log:\n%s", i.Log())
 		}
-		if n := strings.Count(i.log(), "Started task"); n != 2 || strings.Contains(i.log(), "Restarted") {
-			t.Errorf("HUP restarted something; log:\n%s", i.log())
+		if n := strings.Count(i.Log(), "Started task"); n != 2 || strings.Contains(i.Log(), "Restarted") {
+			t.Errorf("HUP restarted something; log:\n%s", i.Log())
 		}
-		i.signal(syscall.SIGTERM)
-		if got := i.wait(10 * time.Second); got != 0 {
+		i.Signal(syscall.SIGTERM)
+		if got := i.Wait(10 * time.Second); got != 0 {
 			t.Errorf("exit %d after TERM, want 0", got)
 		}
 	})
@@ -198,14 +198,14 @@ func TestReapsTwoThousandOrphans(t *testing.T) {
 		dir := t.TempDir()
 		ready := filepath.Join(dir, "ready")
 		i := start(t, m, "--run-proxy=false", "--", task, "--orphans=2000", "--ready="+ready)
-		waitFor(t, 30*time.Second, "orphans made", func() bool { return exists(ready) })
-		waitFor(t, 10*time.Second, "no zombie left", func() bool { return len(testenv.Zombies(i.cmd.Process.Pid)) == 0 })
-		i.signal(syscall.SIGTERM)
-		if got := i.wait(10 * time.Second); got != 0 {
+		testenv.WaitFor(t, 30*time.Second, "orphans made", func() bool { return exists(ready) })
+		testenv.WaitFor(t, 10*time.Second, "no zombie left", func() bool { return len(testenv.Zombies(i.Pid())) == 0 })
+		i.Signal(syscall.SIGTERM)
+		if got := i.Wait(10 * time.Second); got != 0 {
 			t.Fatalf("exit %d", got)
 		}
-		if !regexp.MustCompile(`orphansReaped=20\d\d\b`).MatchString(i.log()) {
-			t.Errorf("log does not count at least 2000 orphans reaped:\n%s", testenv.Tail(i.log(), 3))
+		if !regexp.MustCompile(`orphansReaped=20\d\d\b`).MatchString(i.Log()) {
+			t.Errorf("log does not count at least 2000 orphans reaped:\n%s", testenv.Tail(i.Log(), 3))
 		}
 	})
 }
@@ -218,8 +218,8 @@ func TestExecutorStatusIsNeverLostAmongDyingOrphans(t *testing.T) {
 		for n := 0; n < 20; n++ {
 			code := 10 + n
 			i := start(t, m, "--run-proxy=false", "--", task, "--orphans=300", "--lifetime=1ns", "--exit="+strconv.Itoa(code))
-			if got := i.wait(20 * time.Second); got != code {
-				t.Fatalf("run %d: exit %d, want %d; log:\n%s", n, got, code, i.log())
+			if got := i.Wait(20 * time.Second); got != code {
+				t.Fatalf("run %d: exit %d, want %d; log:\n%s", n, got, code, i.Log())
 			}
 		}
 	})
@@ -235,8 +235,8 @@ func TestProxyRespawnsWithGrowingDelays(t *testing.T) {
 			"--proxy-restart-backoff=100ms", "--proxy-restart-backoff-max=400ms",
 			"--", task)
 		time.Sleep(2200 * time.Millisecond)
-		i.signal(syscall.SIGTERM)
-		if got := i.wait(10 * time.Second); got != 0 {
+		i.Signal(syscall.SIGTERM)
+		if got := i.Wait(10 * time.Second); got != 0 {
 			t.Fatalf("exit %d", got)
 		}
 		at := testenv.ReadStarts(t, starts)
@@ -266,14 +266,14 @@ func TestExecutorDeathEndsProxyAndLeftoversWithinGracePeriod(t *testing.T) {
 		i := start(t, m, "--shutdown-grace-period=700ms",
 			"--proxy-path="+task, "--proxy-arg=--ignore-term",
 			"--", task, "--grandchild="+token, "--ready="+ready, "--lifetime=300ms", "--exit=5")
-		waitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
+		testenv.WaitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
 		grandchild := "grandchild\x00" + token
 		if len(testenv.ProcessesWithArg(grandchild)) != 1 {
 			t.Fatalf("grandchild not running")
 		}
 		began := time.Now()
-		if got := i.wait(10 * time.Second); got != 5 {
-			t.Fatalf("exit %d, want 5; log:\n%s", got, i.log())
+		if got := i.Wait(10 * time.Second); got != 5 {
+			t.Fatalf("exit %d, want 5; log:\n%s", got, i.Log())
 		}
 		// The executor ran ~300ms, then the grace period of 700ms.
 		if d := time.Since(began); d > 3*time.Second {
@@ -282,8 +282,8 @@ func TestExecutorDeathEndsProxyAndLeftoversWithinGracePeriod(t *testing.T) {
 		if ps := testenv.ProcessesWithArg(grandchild); len(ps) != 0 {
 			t.Errorf("leftover grandchild %v still alive after nodeinit exited", ps)
 		}
-		if !strings.Contains(i.log(), "Grace period over; killing what is left") {
-			t.Errorf("log does not say the rest was killed:\n%s", i.log())
+		if !strings.Contains(i.Log(), "Grace period over; killing what is left") {
+			t.Errorf("log does not say the rest was killed:\n%s", i.Log())
 		}
 	})
 }
@@ -295,10 +295,10 @@ func TestTermIgnoringExecutorIsKilledAfterGracePeriod(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		ready := filepath.Join(t.TempDir(), "ready")
 		i := start(t, m, "--run-proxy=false", "--shutdown-grace-period=500ms", "--", task, "--ignore-term", "--ready="+ready)
-		waitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
+		testenv.WaitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
 		sent := time.Now()
-		i.signal(syscall.SIGTERM)
-		got := i.wait(10 * time.Second)
+		i.Signal(syscall.SIGTERM)
+		got := i.Wait(10 * time.Second)
 		took := time.Since(sent)
 		if got != 137 {
 			t.Errorf("exit %d, want 137 (SIGKILL)", got)
@@ -315,16 +315,16 @@ func TestUsr1LogsTaskStatus(t *testing.T) {
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")
 	i := start(t, asSubreaper, "--proxy-path="+task, "--", task, "--ready="+ready)
-	waitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
-	i.signal(syscall.SIGUSR1)
-	waitFor(t, 5*time.Second, "status lines", func() bool { return strings.Count(i.log(), `"Task status"`) == 2 })
+	testenv.WaitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
+	i.Signal(syscall.SIGUSR1)
+	testenv.WaitFor(t, 5*time.Second, "status lines", func() bool { return strings.Count(i.Log(), `"Task status"`) == 2 })
 	for _, want := range []string{`task="executor"`, `task="proxy"`, `state="running"`, `restarts=0`, `lastExit="none"`} {
-		if !strings.Contains(i.log(), want) {
-			t.Errorf("status dump lacks %s:\n%s", want, i.log())
+		if !strings.Contains(i.Log(), want) {
+			t.Errorf("status dump lacks %s:\n%s", want, i.Log())
 		}
 	}
-	i.signal(syscall.SIGTERM)
-	i.wait(10 * time.Second)
+	i.Signal(syscall.SIGTERM)
+	i.Wait(10 * time.Second)
 }
 
 func must(t *testing.T, err error) {

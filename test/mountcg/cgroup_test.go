@@ -134,10 +134,7 @@ func TestNodeinitExecutorAndProxyJoinTheMesosCgroup(t *testing.T) {
 			l := mesosCgroup(t, id)
 			n := startNode(t, []string{envOf(id)})
 			executor, proxy := n.waitReady()
-			pid, ok := n.nodeinitPid()
-			if !ok {
-				t.Fatal("nodeinit's pid not found")
-			}
+			pid := n.Pid()
 			want := "/mesos/" + id
 			for who, text := range map[string]string{
 				"nodeinit": readProc(t, pid, "cgroup"), "executor": executor.Cgroup, "proxy": proxy.Cgroup,
@@ -165,8 +162,8 @@ func TestMissingCgroupWarnsAndRuns(t *testing.T) {
 	id := randomID(t) // no cgroup made
 	n := startNode(t, []string{cgroups.EnvMesosDirectory + "=/x/runs/" + id})
 	executor, _ := n.waitReady()
-	if !strings.Contains(n.log(), "cgroup /mesos/"+id+" exists in none of the mounted hierarchies") {
-		t.Errorf("no warning about the missing cgroup; log:\n%s", n.log())
+	if !strings.Contains(n.Log(), "cgroup /mesos/"+id+" exists in none of the mounted hierarchies") {
+		t.Errorf("no warning about the missing cgroup; log:\n%s", n.Log())
 	}
 	if strings.Contains(executor.Cgroup, id) {
 		t.Errorf("executor in a cgroup that does not exist?\n%s", executor.Cgroup)
@@ -179,14 +176,14 @@ func TestMissingCgroupWarnsAndRuns(t *testing.T) {
 func TestMissingCgroupWithRequireCgroupIsFatal(t *testing.T) {
 	id := randomID(t)
 	n := startNode(t, []string{cgroups.EnvMesosDirectory + "=/x/runs/" + id}, "--require-cgroup")
-	if code := n.wait(); code != 1 {
-		t.Errorf("nodeinit exited %d, want 1; log:\n%s", code, n.log())
+	if code := n.Wait(20 * time.Second); code != 1 {
+		t.Errorf("nodeinit exited %d, want 1; log:\n%s", code, n.Log())
 	}
-	if exists(n.path("executor.json")) || exists(n.path("proxy.json")) {
+	if exists(n.Path("executor.json")) || exists(n.Path("proxy.json")) {
 		t.Error("a task started although the cgroup is required and missing")
 	}
-	if !strings.Contains(n.log(), "exists in none of the mounted hierarchies") {
-		t.Errorf("the failure does not say why; log:\n%s", n.log())
+	if !strings.Contains(n.Log(), "exists in none of the mounted hierarchies") {
+		t.Errorf("the failure does not say why; log:\n%s", n.Log())
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	occgroups "github.com/opencontainers/cgroups"
 
@@ -51,9 +52,9 @@ func TestReadOnlyCgroupfs(t *testing.T) {
 			}
 			n := startNodeWith(t, nodeOptions{readOnly: readOnly}, env, c.prefixFlag())
 			r, _ := n.waitReady()
-			if w := n.lines('W', c.cgroup, what, "mounted read-only", "carrying on"); len(w) != 1 {
+			if w := n.Lines('W', c.cgroup, what, "mounted read-only", "carrying on"); len(w) != 1 {
 				t.Errorf("want one warning naming %s, the %sies mounted read-only and that nodeinit carries on; log:\n%s",
-					c.cgroup, what, n.log())
+					c.cgroup, what, n.Log())
 			}
 			for _, h := range l.Hierarchies {
 				got, want := inHierarchy(r.Cgroup, h), c.cgroup
@@ -87,8 +88,8 @@ func TestCgroupRemovedBeforeJoin(t *testing.T) {
 			if !require {
 				n := startNode(t, env, c.prefixFlag())
 				n.expectRunning(target)
-				if w := n.lines('W', target, "exists in none", "carrying on"); len(w) == 0 {
-					t.Errorf("no warning naming %s, that it exists nowhere and that nodeinit carries on; log:\n%s", target, n.log())
+				if w := n.Lines('W', target, "exists in none", "carrying on"); len(w) == 0 {
+					t.Errorf("no warning naming %s, that it exists nowhere and that nodeinit carries on; log:\n%s", target, n.Log())
 				}
 				return
 			}
@@ -127,11 +128,11 @@ func TestCgroupRemovedFromOneHierarchy(t *testing.T) {
 			t.Errorf("executor in %q of the %s hierarchy, want %s", got, h.Name(), want)
 		}
 	}
-	if w := n.lines('W', target, "the "+gone.Name()+" hierarchy", "staying in"); len(w) != 1 {
-		t.Errorf("want one warning naming %s, the %s hierarchy and where nodeinit stays; log:\n%s", target, gone.Name(), n.log())
+	if w := n.Lines('W', target, "the "+gone.Name()+" hierarchy", "staying in"); len(w) != 1 {
+		t.Errorf("want one warning naming %s, the %s hierarchy and where nodeinit stays; log:\n%s", target, gone.Name(), n.Log())
 	}
-	if i := n.lines('I', "joined cgroup "+target); len(i) != 1 {
-		t.Errorf("want one line saying nodeinit joined %s; log:\n%s", target, n.log())
+	if i := n.Lines('I', "joined cgroup "+target); len(i) != 1 {
+		t.Errorf("want one line saying nodeinit joined %s; log:\n%s", target, n.Log())
 	}
 	if code := n.stop(); code != 0 {
 		t.Errorf("nodeinit exited %d after TERM, want 0", code)
@@ -173,10 +174,10 @@ func TestV2CgroupWithControllersUsesTheLeaf(t *testing.T) {
 			t.Errorf("executor in %q of the %s hierarchy, want %s", got, hh.Name(), want)
 		}
 	}
-	if i := n.lines('I', "joined cgroup "+target, "unified:"+leaf); len(i) != 1 {
-		t.Errorf("want one line saying nodeinit joined %s, in %s on the unified hierarchy; log:\n%s", target, leaf, n.log())
+	if i := n.Lines('I', "joined cgroup "+target, "unified:"+leaf); len(i) != 1 {
+		t.Errorf("want one line saying nodeinit joined %s, in %s on the unified hierarchy; log:\n%s", target, leaf, n.Log())
 	}
-	if w := n.lines('W'); len(w) != 0 {
+	if w := n.Lines('W'); len(w) != 0 {
 		t.Errorf("warnings while joining a v2 cgroup with controllers: %q", w)
 	}
 	if code := n.stop(); code != 0 {
@@ -196,7 +197,7 @@ func (n *node) expectRunning(target string) {
 		}
 	}
 	if code := n.stop(); code != 0 {
-		n.t.Errorf("nodeinit exited %d after TERM, want the executor's 0; log:\n%s", code, n.log())
+		n.t.Errorf("nodeinit exited %d after TERM, want the executor's 0; log:\n%s", code, n.Log())
 	}
 }
 
@@ -204,15 +205,15 @@ func (n *node) expectRunning(target string) {
 // exactly one error line, which holds every one of words.
 func (n *node) expectFatal(words ...string) {
 	n.t.Helper()
-	if code := n.wait(); code != 1 {
-		n.t.Errorf("nodeinit exited %d, want 1; log:\n%s", code, n.log())
+	if code := n.Wait(20 * time.Second); code != 1 {
+		n.t.Errorf("nodeinit exited %d, want 1; log:\n%s", code, n.Log())
 	}
-	if exists(n.path("executor.json")) || exists(n.path("proxy.json")) {
+	if exists(n.Path("executor.json")) || exists(n.Path("proxy.json")) {
 		n.t.Error("a task started although the cgroup is required")
 	}
-	all, named := n.lines('E'), n.lines('E', words...)
+	all, named := n.Lines('E'), n.Lines('E', words...)
 	if len(all) != 1 || len(named) != 1 {
-		n.t.Errorf("want one error line naming %q, got %d error lines; log:\n%s", words, len(all), n.log())
+		n.t.Errorf("want one error line naming %q, got %d error lines; log:\n%s", words, len(all), n.Log())
 	}
 }
 

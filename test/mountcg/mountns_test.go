@@ -16,12 +16,9 @@ import (
 func TestPrivateMountNamespaceHoldsNodeinitAndItsChildren(t *testing.T) {
 	n := startNode(t, nil, "--private-mountns")
 	executor, proxy := n.waitReady()
-	pid, ok := n.nodeinitPid()
-	if !ok {
-		t.Fatal("nodeinit's pid not found")
-	}
+	pid := n.Pid()
 	// unshare made the mount namespace nodeinit started in (--mount-proc).
-	started, err := os.Readlink("/proc/" + itoa(n.unshare.Process.Pid) + "/ns/mnt")
+	started, err := os.Readlink("/proc/" + itoa(n.Outer()) + "/ns/mnt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +53,7 @@ func TestPrivateMountNamespaceHoldsNodeinitAndItsChildren(t *testing.T) {
 func TestMakeRSharedSharesRoot(t *testing.T) {
 	n := startNode(t, nil, "--make-rshared")
 	n.waitReady()
-	pid, ok := n.nodeinitPid()
-	if !ok {
-		t.Fatal("nodeinit's pid not found")
-	}
+	pid := n.Pid()
 	mounts, err := mountns.ReadMountinfo("/proc/" + itoa(pid) + "/mountinfo")
 	if err != nil {
 		t.Fatal(err)
@@ -129,12 +123,9 @@ func TestPrivateMountnsReceivesHostMountsAndKeepsItsOwn(t *testing.T) {
 	nsenter := testenv.RequireTool(t, "nsenter")
 	// unshare keeps the propagation it copies, so its namespace stays a
 	// peer of the shared tmpfs: it plays the host.
-	n := startNodeWith(t, nodeOptions{unshare: []string{"--propagation=unchanged"}}, nil, "--private-mountns")
+	n := startNodeWith(t, nodeOptions{propagation: "unchanged"}, nil, "--private-mountns")
 	n.waitReady()
-	pid, ok := n.nodeinitPid()
-	if !ok {
-		t.Fatal("nodeinit's pid not found")
-	}
+	pid := n.Pid()
 	inside := "/proc/" + itoa(pid) + "/mountinfo"
 
 	after := filepath.Join(shared, "after-start")
@@ -160,7 +151,7 @@ func TestPrivateMountnsReceivesHostMountsAndKeepsItsOwn(t *testing.T) {
 	if !mountedIn(t, inside, own) {
 		t.Fatalf("the mount made inside at %s is not there", own)
 	}
-	if mountedIn(t, "/proc/self/mountinfo", own) || mountedIn(t, "/proc/"+itoa(n.unshare.Process.Pid)+"/mountinfo", own) {
+	if mountedIn(t, "/proc/self/mountinfo", own) || mountedIn(t, "/proc/"+itoa(n.Outer())+"/mountinfo", own) {
 		t.Errorf("a mount made in nodeinit's namespace at %s leaked out", own)
 	}
 	if code := n.stop(); code != 0 {

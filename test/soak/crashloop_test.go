@@ -3,15 +3,12 @@
 package soak
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -127,36 +124,14 @@ type soakRun struct {
 // exits at once, samples its memory every sample for window, sends TERM
 // and checks that nodeinit exits 0 (the executor's code).
 func run(t *testing.T, window, sample time.Duration, flags ...string) *soakRun {
-	testenv.RequireRoot(t)
-	nodeinit := testenv.Build(t, "./cmd/nodeinit")
 	task := testenv.Build(t, "./test/helpers/task")
 	dir := t.TempDir()
-	starts, rec, ready := filepath.Join(dir, "starts"), filepath.Join(dir, "executor.rec"), filepath.Join(dir, "executor.ready")
-	logPath := filepath.Join(dir, "log")
-	out, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
+	starts, rec := filepath.Join(dir, "starts"), filepath.Join(dir, "executor.rec")
 	args := append([]string{"--proxy-path=" + task, "--proxy-arg=--starts=" + starts,
 		"--proxy-arg=--lifetime=1ns", "--proxy-arg=--exit=3"}, flags...)
-	args = append(args, "--", task, "--record="+rec, "--ready="+ready)
-	cmd := exec.Command(nodeinit, args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	pid := cmd.Process.Pid
+	args = append(args, "--", task, "--record="+rec)
+	node := testenv.Launch(t, testenv.Options{PID1: true, Binary: testenv.Build(t, "./cmd/nodeinit")}, args...)
+	pid := node.Pid()
 
 	n := &soakRun{}
 	tick := time.NewTicker(sample)
@@ -167,8 +142,7 @@ func run(t *testing.T, window, sample time.Duration, flags ...string) *soakRun {
 		case <-tick.C:
 			rss, err := residentBytes(pid)
 			if err != nil {
-				b, _ := os.ReadFile(logPath)
-				t.Fatalf("nodeinit is gone during the loop: %v; log ends:\n%s", err, testenv.Tail(string(b), 20))
+				t.Fatalf("nodeinit is gone during the loop: %v; log ends:\n%s", err, testenv.Tail(node.Log(), 20))
 			}
 			n.rss = append(n.rss, rss)
 			n.fds = append(n.fds, openFiles(pid))
@@ -183,24 +157,8 @@ func run(t *testing.T, window, sample time.Duration, flags ...string) *soakRun {
 			n.zombies = append(n.zombies, z)
 		}
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	var code int
-	select {
-	case err := <-done:
-		stopped = true
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("nodeinit still running a minute after TERM")
-	}
-	b, _ := os.ReadFile(logPath)
-	n.log = string(b)
+	code := node.Stop(time.Minute)
+	n.log = node.Log()
 	if code != 0 {
 		t.Fatalf("nodeinit exited %d after TERM, want the executor's 0; log ends:\n%s", code, testenv.Tail(n.log, 20))
 	}

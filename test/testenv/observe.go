@@ -48,19 +48,9 @@ func eachProcess(f func(pid int, state string, ppid int)) {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			continue
+		if st, err := ReadStat(p); err == nil {
+			f(p, st.State, st.Ppid)
 		}
-		// The command name, in parentheses, may hold spaces: the state
-		// and the parent's pid are the first two fields after it.
-		s := string(stat)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		f(p, fields[0], ppid)
 	}
 }
 

@@ -1,0 +1,355 @@
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Options say how Launch runs nodeinit.
+type Options struct {
+	// PID1 runs nodeinit as PID 1 of a new pid namespace; without it
+	// nodeinit is an ordinary child of the test and registers as child
+	// subreaper.
+	PID1 bool
+	// MountNS runs it, as PID 1, in a new mount namespace with a /proc of
+	// its own (unshare --pid --fork --mount-proc). Propagation is unshare's
+	// --propagation for it ("private" when empty; "unchanged" keeps the
+	// host's, so that mounts made inside reach a runtime outside), and each
+	// mount point in ReadOnly is remounted read-only in it first.
+	MountNS     bool
+	Propagation string
+	ReadOnly    []string
+	// Env is added to the test's own environment.
+	Env []string
+	// Terminal, when set, is a terminal (the slave of OpenPTY) that becomes
+	// nodeinit's stdin, stdout, stderr and controlling terminal, in a
+	// session of its own, as under `podman run -it`. Its output is then the
+	// terminal's, not Log's.
+	Terminal *os.File
+	// Stdin is nodeinit's stdin when there is no Terminal (default: none).
+	Stdin *os.File
+	// Stdout, when set, is nodeinit's stdout and stderr instead of the
+	// files that Log and Stderr read (a pipe, say).
+	Stdout *os.File
+	// Binary is the nodeinit to run; default: BuildRaced("./cmd/nodeinit").
+	Binary string
+	// Dir is the run's directory (Path); default: a new temporary one.
+	Dir string
+}
+
+// Node is one run of nodeinit, started by Launch.
+type Node struct {
+	tb      testing.TB
+	cmd     *exec.Cmd
+	dir     string
+	wrapped bool // nodeinit is unshare's child, not cmd itself
+	Started time.Time
+	done    chan struct{}
+	err     error
+}
+
+// readOnlyThenExec remounts each argument before "--" read-only (a bind
+// remount: it changes only this mount namespace's mount, not the hierarchy),
+// then runs the command after "--".
+const readOnlyThenExec = `while [ "$1" != -- ]; do mount -o remount,bind,ro "$1" || exit 99; shift; done; shift; exec "$@"`
+
+// Launch starts nodeinit with args and returns at once. Its stdout and
+// stderr, which the children inherit, go to files in a directory of the
+// test's own (Path). When the test ends, a nodeinit still running gets TERM,
+// then KILL, and its log is printed.
+func Launch(tb testing.TB, o Options, args ...string) *Node {
+	tb.Helper()
+	if o.PID1 || o.MountNS {
+		RequireRoot(tb)
+	}
+	bin := o.Binary
+	if bin == "" {
+		bin = BuildRaced(tb, "./cmd/nodeinit")
+	}
+	n := &Node{tb: tb, dir: o.Dir, done: make(chan struct{})}
+	if n.dir == "" {
+		n.dir = tb.TempDir()
+	}
+
+	argv := append([]string{bin}, args...)
+	if o.MountNS {
+		unshare := RequireTool(tb, "unshare")
+		pre := []string{unshare, "--pid", "--fork", "--mount-proc"}
+		if o.Propagation != "" {
+			pre = append(pre, "--propagation", o.Propagation)
+		}
+		pre = append(pre, "--")
+		if len(o.ReadOnly) > 0 {
+			pre = append(append(append(pre, "/bin/sh", "-c", readOnlyThenExec, "sh"), o.ReadOnly...), "--")
+		}
+		argv = append(pre, argv...)
+		n.wrapped = true
+	}
+	n.cmd = exec.Command(argv[0], argv[1:]...)
+	n.cmd.Env = append(os.Environ(), o.Env...)
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if o.PID1 && !o.MountNS {
+		n.cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
+	if o.Terminal != nil {
+		n.cmd.Stdin, n.cmd.Stdout, n.cmd.Stderr = o.Terminal, o.Terminal, o.Terminal
+		n.cmd.SysProcAttr.Setsid, n.cmd.SysProcAttr.Setctty = true, true
+		n.cmd.SysProcAttr.Ctty = 0
+	} else {
+		if o.Stdout != nil {
+			n.cmd.Stdout, n.cmd.Stderr = o.Stdout, o.Stdout
+		} else {
+			out, errf := n.create("nodeinit.log"), n.create("nodeinit.stderr")
+			defer out.Close()
+			defer errf.Close()
+			n.cmd.Stdout, n.cmd.Stderr = out, errf
+		}
+		if o.Stdin != nil {
+			n.cmd.Stdin = o.Stdin
+		}
+	}
+	n.Started = time.Now()
+	if err := n.cmd.Start(); err != nil {
+		tb.Fatalf("start nodeinit: %v", err)
+	}
+	go func() {
+		n.err = n.cmd.Wait()
+		close(n.done)
+	}()
+	tb.Cleanup(n.cleanup)
+	return n
+}
+
+func (n *Node) create(name string) *os.File {
+	f, err := os.Create(n.Path(name))
+	if err != nil {
+		n.tb.Fatal(err)
+	}
+	return f
+}
+
+func (n *Node) cleanup() {
+	if !n.Running() {
+		return
+	}
+	if pid, ok := n.pid(); ok {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+	}
+	select {
+	case <-n.done:
+	case <-time.After(15 * time.Second):
+		_ = n.cmd.Process.Kill()
+		<-n.done
+	}
+	n.tb.Logf("nodeinit was still running at the end of the test; its log:\n%s", n.Log())
+}
+
+// Path is name in the run's directory, for reports, ready files and the
+// like; nodeinit's own output is Path("nodeinit.log").
+func (n *Node) Path(name string) string { return filepath.Join(n.dir, name) }
+
+// Pid is nodeinit's pid as the test sees it. It fails the test when
+// nodeinit has not started yet or has ended.
+func (n *Node) Pid() int {
+	n.tb.Helper()
+	var pid int
+	WaitFor(n.tb, 10*time.Second, "nodeinit's pid", func() bool {
+		p, ok := n.pid()
+		pid = p
+		return ok || !n.Running()
+	})
+	if pid == 0 {
+		n.tb.Fatalf("nodeinit ended before its pid was read (%v); log:\n%s", n.err, n.Log())
+	}
+	return pid
+}
+
+// pid finds nodeinit: cmd itself, or unshare's one child (a shell that
+// remounts first execs nodeinit).
+func (n *Node) pid() (int, bool) {
+	p := n.cmd.Process.Pid
+	if !n.wrapped {
+		return p, n.Running()
+	}
+	children, err := Children(p)
+	if err != nil || len(children) != 1 {
+		return 0, false
+	}
+	return children[0], true
+}
+
+// Outer is the pid of the process the test started: nodeinit itself, or the
+// unshare that forked it (MountNS).
+func (n *Node) Outer() int { return n.cmd.Process.Pid }
+
+// Signal sends sig to nodeinit.
+func (n *Node) Signal(sig syscall.Signal) {
+	n.tb.Helper()
+	if err := syscall.Kill(n.Pid(), sig); err != nil {
+		n.tb.Fatalf("signal %v to nodeinit: %v", sig, err)
+	}
+}
+
+// Done is closed when nodeinit has exited.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Running reports whether nodeinit has not exited yet.
+func (n *Node) Running() bool {
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Wait waits up to timeout for nodeinit to exit and returns its exit code
+// (128+S when a signal S ended it); it fails the test at the timeout.
+func (n *Node) Wait(timeout time.Duration) int {
+	n.tb.Helper()
+	select {
+	case <-n.done:
+	case <-time.After(timeout):
+		n.tb.Fatalf("nodeinit still running after %v; log:\n%s", timeout, n.Log())
+	}
+	return n.ExitCode()
+}
+
+// ExitCode is the code nodeinit exited with; call it once Done is closed.
+func (n *Node) ExitCode() int {
+	n.tb.Helper()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(n.err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	case n.err != nil:
+		n.tb.Fatalf("wait for nodeinit: %v", n.err)
+	}
+	return 0
+}
+
+// Stop sends TERM and waits up to timeout for the exit code.
+func (n *Node) Stop(timeout time.Duration) int {
+	n.tb.Helper()
+	n.Signal(syscall.SIGTERM)
+	return n.Wait(timeout)
+}
+
+// Log is what nodeinit and its children wrote to stdout so far.
+func (n *Node) Log() string {
+	b, _ := os.ReadFile(n.Path("nodeinit.log"))
+	return string(b)
+}
+
+// Stderr is what was written to nodeinit's stderr.
+func (n *Node) Stderr() string {
+	b, _ := os.ReadFile(n.Path("nodeinit.stderr"))
+	return string(b)
+}
+
+// Lines returns the lines of nodeinit's log at klog severity sev (I, W, E)
+// that contain every one of words.
+func (n *Node) Lines(sev byte, words ...string) []string {
+	var out []string
+	for l := range strings.SplitSeq(n.Log(), "\n") {
+		if len(l) == 0 || l[0] != sev {
+			continue
+		}
+		if !slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(l, w) }) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// WaitForLog waits until the log has a line at severity sev with every one
+// of words, and returns it; it fails the test at the timeout or when
+// nodeinit ends without writing it.
+func (n *Node) WaitForLog(timeout time.Duration, sev byte, words ...string) string {
+	n.tb.Helper()
+	var line string
+	WaitFor(n.tb, timeout, fmt.Sprintf("a log line %c %q", sev, words), func() bool {
+		running := n.Running() // before reading: a last line is read after the exit
+		if l := n.Lines(sev, words...); len(l) > 0 {
+			line = l[0]
+			return true
+		}
+		if !running {
+			n.tb.Fatalf("nodeinit ended without logging %c %q; log:\n%s", sev, words, n.Log())
+		}
+		return false
+	})
+	return line
+}
+
+// WaitForFile waits until path exists, failing the test at the timeout or
+// when nodeinit has ended without it appearing.
+func (n *Node) WaitForFile(timeout time.Duration, path string) {
+	n.tb.Helper()
+	WaitFor(n.tb, timeout, "file "+filepath.Base(path), func() bool {
+		running := n.Running()
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		if !running {
+			n.tb.Fatalf("nodeinit ended (%v) before %s appeared; log:\n%s", n.err, path, n.Log())
+		}
+		return false
+	})
+}
+
+// Report waits for the task helper's --report file at Path(name) and reads it.
+func (n *Node) Report(name string) Report {
+	n.tb.Helper()
+	n.WaitForFile(20*time.Second, n.Path(name))
+	return ReadReport(n.tb, n.Path(name))
+}
+
+// WaitFor waits until cond holds, checking every few milliseconds, and fails
+// the test after timeout. The condition is an event the test cannot be told
+// of (a file, a process state): reading it again is the only way to learn it.
+func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Children lists the children of pid, from every thread's
+// /proc/PID/task/TID/children.
+func Children(pid int) ([]int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		for f := range bytes.FieldsSeq(b) {
+			if c, err := strconv.Atoi(string(f)); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
