@@ -3,7 +3,6 @@ module github.com/nodeinit/nodeinit
 go 1.26.0
 
 require (
-	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/opencontainers/cgroups v0.1.0
 	github.com/sirupsen/logrus v1.9.3
 	github.com/spf13/pflag v1.1.0
@@ -15,6 +14,7 @@ require (
 )
 
 require (
+	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/cyphar/filepath-securejoin v0.4.1 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.0 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeinit/nodeinit/test/testenv"
 	"sigs.k8s.io/yaml"
 )
 
@@ -284,5 +285,39 @@ func TestExampleConfigIsValidAndComplete(t *testing.T) {
 	walk("", raw, reflect.TypeFor[Config]())
 	if len(missing) > 0 {
 		t.Errorf("%s does not show %v", example, missing)
+	}
+}
+
+func TestAConfigFileOthersCanWriteIsWarnedAbout(t *testing.T) {
+	testenv.RequireRoot(t) // chown
+	for _, tc := range []struct {
+		name     string
+		mode     os.FileMode
+		uid, gid int
+		want     string // in the warning; "" for none
+	}{
+		{"root's, 0644", 0o644, 0, 0, ""},
+		{"root's, group root may write", 0o664, 0, 0, ""},
+		{"everyone may write", 0o646, 0, 0, "writable by everyone"},
+		{"group 65534 may write", 0o664, 0, 65534, "writable by group 65534"},
+		{"owned by uid 65534", 0o600, 65534, 0, "owned by uid 65534"},
+	} {
+		file := filepath.Join(t.TempDir(), "nodeinit.yaml")
+		if err := os.WriteFile(file, []byte("kind: NodeInitConfig\napiVersion: nodeinit/v1alpha1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(file, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(file, tc.uid, tc.gid); err != nil {
+			t.Fatal(err)
+		}
+		_, warning, err := load(file)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if tc.want == "" && warning != "" || tc.want != "" && !strings.Contains(warning, tc.want) || tc.want != "" && !strings.Contains(warning, file) {
+			t.Errorf("%s: warning %q, want one naming the file and %q", tc.name, warning, tc.want)
+		}
 	}
 }

@@ -20,6 +20,7 @@ type Flags struct {
 	configFile string
 	writeFlags bool
 	bindings   []binding
+	warnings   []string
 }
 
 // binding ties a flag to its field in the file.
@@ -131,6 +132,10 @@ func bind[T any](f *Flags, flag, path string, field func(*Config) *T) {
 	f.bindings = append(f.bindings, binding{flag, path, func(dst, src *Config) { *field(dst) = *field(src) }})
 }
 
+// Warnings are what Resolve found worth telling the operator about a usable
+// configuration, one line each, for the log.
+func (f *Flags) Warnings() []string { return f.warnings }
+
 // WriteFlags reports whether --write-flags was given: print the command
 // lines and exit 0 without touching namespaces or cgroups.
 func (f *Flags) WriteFlags() bool { return f.writeFlags }
@@ -176,9 +181,15 @@ func (f *Flags) Resolve(args []string) (Config, error) {
 
 	c := Default()
 	if f.configFile != "" {
-		var err error
-		if c, err = Load(f.configFile); err != nil {
+		var (
+			warning string
+			err     error
+		)
+		if c, warning, err = load(f.configFile); err != nil {
 			return Config{}, err
+		}
+		if warning != "" {
+			f.warnings = append(f.warnings, warning)
 		}
 	}
 	for _, b := range f.bindings {

@@ -25,11 +25,26 @@ const maxFileSize = 1 << 20
 // the file; unknown fields and values of the wrong type are each reported
 // with their path.
 func Load(file string) (Config, error) {
+	c, _, err := load(file)
+	return c, err
+}
+
+// load is Load that also returns ownerWarning's word on the file.
+func load(file string) (c Config, warning string, err error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return Config{}, &FileError{File: file, Err: err}
+		return Config{}, "", &FileError{File: file, Err: err}
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil {
+		warning = ownerWarning(file, fi)
+	}
+	c, err = read(file, f)
+	return c, warning, err
+}
+
+// read reads an open NodeInitConfig file.
+func read(file string, f *os.File) (Config, error) {
 	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
 		return Config{}, &FileError{File: file, Err: err}

@@ -43,8 +43,10 @@ var inPrivate bool
 // inside. On success the first call therefore never returns. In the
 // re-executed process Enter finds the marker, removes it from the
 // environment and returns nil. Call it first thing in main, before any
-// child is started.
-func Enter() error {
+// child is started. beforeExec, when set, is called right before the
+// execve and returns more environment for the new image (what nodeinit
+// knew of signals, say).
+func Enter(beforeExec func() []string) error {
 	from, marked := os.LookupEnv(MarkerEnv)
 	if marked {
 		// Unset first: whatever happens next, no child may see the marker.
@@ -72,6 +74,9 @@ func Enter() error {
 		return fmt.Errorf("make / a recursive slave in the new mount namespace: %w%s", err, permissionHint(err))
 	}
 	env := append(os.Environ(), MarkerEnv+"="+current)
+	if beforeExec != nil {
+		env = append(env, beforeExec()...)
+	}
 	if err := linux.Exec(selfExe, os.Args, env); err != nil {
 		return fmt.Errorf("re-execute nodeinit inside the new mount namespace: %w", err)
 	}

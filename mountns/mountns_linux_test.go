@@ -46,7 +46,7 @@ func enterHelper(in io.Reader, out io.Writer) int {
 	if _, again := os.LookupEnv(MarkerEnv); !again {
 		fmt.Fprintf(out, "pre %d %s\n", os.Getpid(), ns)
 	}
-	if err := Enter(); err != nil {
+	if err := Enter(nil); err != nil {
 		fmt.Fprintf(out, "error %v\n", err)
 		return 1
 	}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,7 +52,7 @@ func receive(t *testing.T, conn *net.UnixConn, d time.Duration) string {
 
 func TestReadySendsReady1(t *testing.T) {
 	conn := manager(t)
-	Ready()
+	New().ReadyWhenHealthy(Probe{})
 	if got := receive(t, conn, 5*time.Second); got != "READY=1" {
 		t.Errorf("manager got %q, want READY=1", got)
 	}
@@ -61,7 +60,7 @@ func TestReadySendsReady1(t *testing.T) {
 
 func TestStoppingSendsStopping1(t *testing.T) {
 	conn := manager(t)
-	Stopping()
+	New().Stopping()
 	if got := receive(t, conn, 5*time.Second); got != "STOPPING=1" {
 		t.Errorf("manager got %q, want STOPPING=1", got)
 	}
@@ -71,9 +70,15 @@ func TestStoppingSendsStopping1(t *testing.T) {
 // out, one after the other.
 func TestReadyThenStoppingBothArrive(t *testing.T) {
 	conn := manager(t)
-	Ready()
-	Stopping()
-	for _, want := range []string{"READY=1", "STOPPING=1"} {
+	n := New()
+	n.ReadyWhenHealthy(Probe{})
+	// READY=1 is queued by the probe's goroutine: wait for it to arrive
+	// before stopping, or it would rightly be dropped.
+	if got := receive(t, conn, 5*time.Second); got != "READY=1" {
+		t.Fatalf("manager got %q, want READY=1", got)
+	}
+	n.Stopping()
+	for _, want := range []string{"STOPPING=1"} {
 		if got := receive(t, conn, 5*time.Second); got != want {
 			t.Errorf("manager got %q, want %s", got, want)
 		}
@@ -82,8 +87,12 @@ func TestReadyThenStoppingBothArrive(t *testing.T) {
 
 func TestAManagerThatIsGoneIsNotFatal(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", filepath.Join(t.TempDir(), "gone.sock"))
-	Ready() // logs the error and returns
-	Stopping()
+	n := New()
+	n.ReadyWhenHealthy(Probe{}) // logs the error
+	n.Stopping()
+	if !n.Wait(5 * time.Second) {
+		t.Error("the sends to a manager that is gone did not end")
+	}
 }
 
 // flaky answers 503 for the first fails requests, then 200. served200 is
@@ -121,7 +130,7 @@ func TestReadyWaitsForTheURLToAnswer200(t *testing.T) {
 	srv := httptest.NewServer(f)
 	defer srv.Close()
 
-	done := ReadyWhenHealthy(context.Background(), fastProbe(srv.URL+"/healthz"))
+	done := New().ReadyWhenHealthy(fastProbe(srv.URL + "/healthz"))
 	got := receive(t, conn, 10*time.Second)
 	if got != "READY=1" {
 		t.Fatalf("manager got %q, want READY=1", got)
@@ -149,21 +158,24 @@ func TestCancelStopsTheProbeWithoutReady(t *testing.T) {
 	srv := httptest.NewServer(f)
 	defer srv.Close()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := ReadyWhenHealthy(ctx, fastProbe(srv.URL))
+	n := New()
+	done := n.ReadyWhenHealthy(fastProbe(srv.URL))
 	for n := range f.hit {
 		if n >= 2 {
 			break
 		}
 	}
-	cancel()
+	n.Stopping()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		t.Fatal("the probe did not end when its context was cancelled")
+		t.Fatal("the probe did not end when shutdown began")
+	}
+	if got := receive(t, conn, 5*time.Second); got != "STOPPING=1" {
+		t.Errorf("manager got %q after shutdown began, want STOPPING=1 alone", got)
 	}
 	if got := receive(t, conn, 100*time.Millisecond); got != "" {
-		t.Errorf("manager got %q after cancellation, want nothing", got)
+		t.Errorf("manager got %q after STOPPING=1", got)
 	}
 }
 
@@ -213,12 +225,12 @@ func TestWithoutNotifySocketNothingIsProbedOrSent(t *testing.T) {
 	f := &flaky{fails: 0}
 	srv := httptest.NewServer(f)
 	defer srv.Close()
-	if Enabled() {
+	n := New()
+	if n.Enabled() {
 		t.Fatal("Enabled with NOTIFY_SOCKET empty")
 	}
-	<-ReadyWhenHealthy(context.Background(), fastProbe(srv.URL))
-	Ready()
-	Stopping()
+	<-n.ReadyWhenHealthy(fastProbe(srv.URL))
+	n.Stopping()
 	if n := f.hits.Load(); n != 0 {
 		t.Errorf("URL asked %d times with no manager to tell", n)
 	}
@@ -226,7 +238,7 @@ func TestWithoutNotifySocketNothingIsProbedOrSent(t *testing.T) {
 
 func TestReadyWithoutURLIsSentAtOnce(t *testing.T) {
 	conn := manager(t)
-	<-ReadyWhenHealthy(context.Background(), Probe{})
+	<-New().ReadyWhenHealthy(Probe{})
 	if got := receive(t, conn, 5*time.Second); got != "READY=1" {
 		t.Errorf("manager got %q, want READY=1", got)
 	}
@@ -261,38 +273,27 @@ func TestIntervalDoublesUpToTheMaximum(t *testing.T) {
 	}
 }
 
-func TestCheckURL(t *testing.T) {
-	for _, tc := range []struct{ url, err string }{
-		{"http://127.0.0.1:10248/healthz", ""},
-		{"https://localhost:10250/healthz", "scheme must be http"},
-		{"http://[::1]:10248/healthz", ""},
-		{"localhost:10248/healthz", "scheme must be http"},
-		{"ftp://host/x", "scheme must be http"},
-		{"http:///healthz", "no host"},
-		{"http://[::1", "missing ']'"},
-	} {
-		err := CheckURL(tc.url)
-		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
-			t.Errorf("CheckURL(%q) = %v, want %q", tc.url, err, tc.err)
-		}
-	}
-	if err := (Probe{URL: "nope"}).Wait(context.Background()); err == nil {
+func TestWaitOnAMalformedURLFailsAtOnce(t *testing.T) {
+	if err := (Probe{URL: "http://[::1"}).Wait(context.Background()); err == nil {
 		t.Error("Wait on a malformed URL did not fail at once")
 	}
 }
 
 func TestNoReadyOnceShutdownBegan(t *testing.T) {
 	conn := manager(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	<-ReadyWhenHealthy(ctx, Probe{})
+	n := New()
+	n.Stopping()
+	<-n.ReadyWhenHealthy(Probe{})
+	if got := receive(t, conn, 5*time.Second); got != "STOPPING=1" {
+		t.Errorf("manager got %q, want STOPPING=1", got)
+	}
 	if got := receive(t, conn, 100*time.Millisecond); got != "" {
-		t.Errorf("manager got %q after shutdown began, want nothing", got)
+		t.Errorf("manager got %q after STOPPING=1, want nothing", got)
 	}
 }
 
 // A manager that stops reading its socket must not hold shutdown: Stopping
-// gives up on its send after a bound.
+// returns at once, and the send gives up after its bound.
 func TestStoppingDoesNotWaitForAManagerThatStoppedReading(t *testing.T) {
 	conn := manager(t)
 	// Fill the manager's queue until a send would block.
@@ -310,10 +311,17 @@ func TestStoppingDoesNotWaitForAManagerThatStoppedReading(t *testing.T) {
 			t.Fatal("the manager's queue never filled")
 		}
 	}
+	n := New()
 	start := time.Now()
-	Stopping()
-	if took := time.Since(start); took < stoppingWait/2 || took > 5*time.Second {
-		t.Errorf("Stopping returned after %v, want about %v", took, stoppingWait)
+	n.Stopping()
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Errorf("Stopping took %v, want it to return at once", took)
+	}
+	if !n.Wait(sendTimeout + 5*time.Second) {
+		t.Fatal("the send to a manager that stopped reading never gave up")
+	}
+	if took := time.Since(start); took < sendTimeout/2 {
+		t.Errorf("the send gave up after %v, before its bound of %v", took, sendTimeout)
 	}
 }
 

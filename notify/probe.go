@@ -2,15 +2,19 @@ package notify
 
 import (
 	"bufio"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
 
@@ -43,23 +47,6 @@ const (
 	DefaultTimeout     = time.Second
 )
 
-// CheckURL tells whether raw can be a readiness URL: absolute, http, with a
-// host. https is not offered: the kubelet's healthz is plain HTTP on
-// loopback, and TLS would cost the binary several MiB.
-func CheckURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("readiness URL %q: %w", raw, err)
-	}
-	if u.Scheme != "http" {
-		return fmt.Errorf("readiness URL %q: the scheme must be http", raw)
-	}
-	if u.Host == "" {
-		return fmt.Errorf("readiness URL %q: no host", raw)
-	}
-	return nil
-}
-
 // withDefaults fills the zero fields.
 func (p Probe) withDefaults() Probe {
 	if p.Interval <= 0 {
@@ -80,12 +67,13 @@ func nextInterval(d, maxInterval time.Duration) time.Duration {
 }
 
 // Wait returns nil once p.URL answers 200, or ctx's error when ctx ends
-// first, or at once an error for a URL that cannot be asked.
+// first, or at once an error for a URL that cannot be parsed. The URL's
+// form (http, a host) is the config package's to check.
 func (p Probe) Wait(ctx context.Context) error {
-	if err := CheckURL(p.URL); err != nil {
-		return err
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		return fmt.Errorf("readiness URL %q: %w", p.URL, err)
 	}
-	u, _ := url.Parse(p.URL)
 	p = p.withDefaults()
 	wait := p.Interval
 	for attempt := 1; ; attempt++ {
@@ -132,7 +120,7 @@ func get(ctx context.Context, u *url.URL, timeout time.Duration) (int, error) {
 		return 0, err
 	}
 	req := "GET " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host + "\r\nUser-Agent: nodeinit\r\nConnection: close\r\n\r\n"
-	if _, err := io.WriteString(conn, req); err != nil {
+	if err := sendNoSignal(conn, []byte(req)); err != nil {
 		return 0, err
 	}
 	line, err := bufio.NewReaderSize(conn, 512).ReadString('\n')
@@ -153,34 +141,34 @@ func statusCode(line string) (int, error) {
 	return n, nil
 }
 
-// ReadyWhenHealthy sends READY=1 once the node is ready: at once when p.URL
-// is empty, else when p.URL first answers 200. Call it once the executor has
-// started; it returns at once (the sending and the probe run in one
-// goroutine), so the supervisor's loop can call it. Cancelling ctx when
-// shutdown begins ends the probe and keeps READY=1 from following
-// STOPPING=1. Without NOTIFY_SOCKET nothing is probed or sent. The returned
-// channel is closed when nothing more will be sent.
-func ReadyWhenHealthy(ctx context.Context, p Probe) <-chan struct{} {
-	done := make(chan struct{})
-	if !Enabled() {
-		close(done)
-		return done
+// sendNoSignal writes p to a connected socket with MSG_NOSIGNAL: a peer
+// that has gone makes the write fail with EPIPE without raising SIGPIPE in
+// nodeinit, which would pass it on to the executor.
+func sendNoSignal(conn net.Conn, p []byte) error {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return fmt.Errorf("%T has no file descriptor", conn)
 	}
-	go func() {
-		defer close(done)
-		var err error
-		if p.URL != "" {
-			err = p.Wait(ctx)
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	err = raw.Write(func(fd uintptr) bool {
+		for len(p) > 0 {
+			n, err := unix.SendmsgN(int(fd), p, nil, nil, unix.MSG_NOSIGNAL)
+			switch {
+			case errors.Is(err, unix.EAGAIN):
+				return false // wait until the socket takes more
+			case errors.Is(err, unix.EINTR):
+				continue
+			case err != nil:
+				werr = os.NewSyscallError("sendmsg", err)
+				return true
+			}
+			p = p[n:]
 		}
-		switch {
-		case ctx.Err() != nil:
-			// Shutdown began: READY=1 would now contradict STOPPING=1.
-			klog.V(1).InfoS("Readiness probe ended by shutdown", "url", p.URL)
-		case err != nil:
-			klog.ErrorS(err, "Readiness is never sent to the service manager")
-		default:
-			Ready()
-		}
-	}()
-	return done
+		return true
+	})
+	return cmp.Or(err, werr)
 }

@@ -1,9 +1,8 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -12,6 +11,7 @@ import (
 	"github.com/nodeinit/nodeinit/config"
 	"github.com/nodeinit/nodeinit/init/logsink"
 	"github.com/nodeinit/nodeinit/init/reaper"
+	"github.com/nodeinit/nodeinit/init/signals"
 	"github.com/nodeinit/nodeinit/init/supervisor"
 	"github.com/nodeinit/nodeinit/logfile"
 	"github.com/nodeinit/nodeinit/mountns"
@@ -49,28 +49,38 @@ func childEnv(cfg *config.Config) []string {
 
 // boot prepares the process — mount namespace, cgroup, log files — before
 // the first fork, so that the children inherit all of it, then supervises
-// them and returns the executor's status.
-func boot(cfg *config.Config) int {
+// them and returns the executor's status. sigs has TERM and INT caught
+// already; warnings are the configuration's, to log.
+func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 	// The re-exec into a private mount namespace comes first: nothing
-	// started before it (the log queue, the log pump) would survive it.
+	// started before it (the log queue, the log pump) would survive it. A
+	// TERM caught so far is carried across it.
 	if cfg.MountNamespace.Private {
-		if err := mountns.Enter(); err != nil {
+		if err := mountns.Enter(func() []string { return []string{sigs.ForExec()} }); err != nil {
 			klog.ErrorS(err, "Cannot enter a private mount namespace")
 			return exitFailure
 		}
 	}
-	// Catching completes while nodeinit prepares, and before the first fork;
-	// a TERM caught before the executor runs is kept for it. (One that comes
-	// sooner, while the Go runtime starts or the catching is under way, ends
-	// nodeinit before it has started anything.)
-	signals := supervisor.CatchSignals()
+	// The other signals are caught while nodeinit prepares, and before the
+	// first fork.
+	sigs.CatchRest()
 	// From here on nodeinit's log goes to stdout through a queue, so that a
 	// stdout nobody reads never blocks reaping or signal handling.
 	sink := logsink.New(os.Stdout, logsink.DefaultLimit)
 	klog.SetOutput(sink)
-	defer sink.Flush(2 * time.Second)
+	defer sink.Flush(logFlushBound)
 
 	klog.InfoS("Starting nodeinit", "version", version, "pid", os.Getpid())
+	for _, w := range warnings {
+		klog.Warning(w)
+	}
+	if len(sigs.IgnoredAtStart) > 0 {
+		names := make([]string, len(sigs.IgnoredAtStart))
+		for i, s := range sigs.IgnoredAtStart {
+			names[i] = signals.Name(s)
+		}
+		klog.InfoS("Signals ignored when nodeinit started stay ignored, for it and its children", "signals", strings.Join(names, ","))
+	}
 	if mountns.InPrivate() {
 		klog.InfoS("Running in a private mount namespace; host mounts propagate in, the node's do not leak out")
 	}
@@ -105,32 +115,34 @@ func boot(cfg *config.Config) int {
 		klog.InfoS("Not PID 1: registered as child subreaper, orphans of the executor and the proxy are reaped here")
 	}
 
-	sc.Signals = signals
-	ready, cancelReady := context.WithCancel(context.Background())
-	defer cancelReady()
-	sc.OnExecutorStarted = func() { notify.ReadyWhenHealthy(ready, notify.Probe{URL: cfg.ReadyURL}) }
-	sc.OnShutdown = func() {
-		cancelReady()
-		notify.Stopping()
-	}
-	return supervisor.New(sc).Run()
+	sc.Signals = sigs
+	notifier := notify.New()
+	sc.OnExecutorStarted = func() { notifier.ReadyWhenHealthy(notify.Probe{URL: cfg.ReadyURL}) }
+	sc.OnShutdown = notifier.Stopping
+	code = supervisor.New(sc).Run()
+	// STOPPING=1 goes out before nodeinit does, within a bound.
+	notifier.Wait(notifyBound)
+	return code
 }
 
+// Bounds on what nodeinit waits for on its way out: a stdout or a service
+// manager that takes nothing must not keep it alive.
+const (
+	logFlushBound = 2 * time.Second
+	notifyBound   = time.Second
+)
+
 // tasks builds the supervisor's configuration: the executor's and the
-// proxy's command lines, resolved to programs that exist, with their output
-// going to stdout or, with --log-dir, to rotated files. closeLogs drains
-// the log files once the children are gone. A non-zero code is the exit
-// status for a task that cannot be started or log files that cannot be made.
+// proxy's command lines, with their output going to stdout or, with
+// --log-dir, to rotated files. closeLogs drains the log files once the
+// children are gone. A non-zero code is the exit status for log files that
+// cannot be made.
 func tasks(cfg *config.Config, ct node.Container) (sc supervisor.Config, closeLogs func(), code int) {
 	closeLogs = func() {}
 	env := childEnv(cfg)
 	exe := node.Executor(cfg, env, ct)
-	exePath, err := supervisor.Resolve("executor", exe.Path, exe.Getenv("PATH"))
-	if err != nil {
-		return sc, closeLogs, startFailure(err)
-	}
 	sc = supervisor.Config{
-		Executor: supervisor.Task{Name: "executor", Path: exePath, Args: exe.Args, Env: exe.Env,
+		Executor: supervisor.Task{Name: "executor", Path: exe.Path, Args: exe.Args, Env: exe.Env,
 			Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr},
 		Backoff: supervisor.Backoff{
 			Initial: cfg.Proxy.RestartBackoff.Initial.Duration,
@@ -139,19 +151,21 @@ func tasks(cfg *config.Config, ct node.Container) (sc supervisor.Config, closeLo
 		},
 		GracePeriod: cfg.ShutdownGracePeriod.Duration,
 	}
+	// As under tini, an executor on nodeinit's terminal gets the terminal:
+	// it can read it, and Ctrl-C and Ctrl-Z reach it.
+	if supervisor.ControllingTerminal(os.Stdin) {
+		sc.Executor.Foreground = true
+		klog.InfoS("Stdin is nodeinit's controlling terminal: the executor's process group gets its foreground")
+	}
 	if cfg.Proxy.Run {
 		px := node.Proxy(cfg, env)
-		pxPath, err := supervisor.Resolve("proxy", px.Path, px.Getenv("PATH"))
-		if err != nil {
-			return sc, closeLogs, startFailure(err)
-		}
 		// The proxy reads nothing; a terminal on stdin stays the executor's.
 		devNull, err := os.Open(os.DevNull)
 		if err != nil {
 			klog.ErrorS(err, "Cannot open the proxy's stdin")
 			return sc, closeLogs, exitFailure
 		}
-		sc.Proxy = &supervisor.Task{Name: "proxy", Path: pxPath, Args: px.Args, Env: px.Env,
+		sc.Proxy = &supervisor.Task{Name: "proxy", Path: px.Path, Args: px.Args, Env: px.Env,
 			Stdin: devNull, Stdout: os.Stdout, Stderr: os.Stderr}
 	}
 	if cfg.Logging.Dir == "" {
@@ -182,14 +196,4 @@ func tasks(cfg *config.Config, ct node.Container) (sc supervisor.Config, closeLo
 			klog.ErrorS(err, "Cannot close the log files")
 		}
 	}, 0
-}
-
-// startFailure reports a task that cannot be started with its 126 or 127.
-func startFailure(err error) int {
-	klog.ErrorS(err, "Cannot start")
-	var se *supervisor.StartError
-	if errors.As(err, &se) {
-		return se.Code
-	}
-	return exitFailure
 }

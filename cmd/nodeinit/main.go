@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/init/signals"
 )
 
 // version is stamped by the build (-X main.version=...).
@@ -77,6 +78,15 @@ func usageError(err error) int {
 }
 
 func run(args []string) int {
+	// TERM and INT are caught before anything else: one sent while nodeinit
+	// starts is kept for the executor, not fatal to nodeinit.
+	carried, err := signals.TakeCarried()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "nodeinit: %v\n", err)
+		return exitFailure
+	}
+	sigs := signals.CatchTerminating(carried)
+
 	c := newCommandLine()
 	// --help is a flag of ours, so Parse never returns pflag.ErrHelp.
 	if err := c.fs.Parse(args); err != nil {
@@ -102,5 +112,5 @@ func run(args []string) int {
 	if c.flags.WriteFlags() {
 		return writeFlags(&cfg)
 	}
-	return boot(&cfg)
+	return boot(&cfg, sigs, c.flags.Warnings())
 }

@@ -6,14 +6,20 @@
 //
 // The writer calls write(2) itself rather than os.File.Write: the latter
 // turns an EPIPE on stdout into a fatal SIGPIPE, and PID 1 must outlive its
-// log reader. A SIGPIPE that the kernel sends for the failed write is one the
-// Go runtime ignores, since nodeinit does not ask for it.
+// log reader. It writes from an OS thread of its own on which SIGPIPE and
+// SIGTTOU are blocked, so that its writes raise neither in nodeinit:
+// nodeinit passes on every signal it receives, and a SIGPIPE raised by its
+// own write to a closed log pipe would reach the executor, which did
+// nothing. A write to a terminal from a background process group with
+// TOSTOP set goes through instead of raising SIGTTOU, which would stop
+// nodeinit (or, caught, make the kernel restart the write forever).
 package logsink
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -63,6 +69,14 @@ func (s *Sink) Write(p []byte) (int, error) {
 }
 
 func (s *Sink) writer() {
+	// Never unlocked: the thread's signal mask is this goroutine's alone.
+	runtime.LockOSThread()
+	var mask unix.Sigset_t
+	for _, sig := range []unix.Signal{unix.SIGPIPE, unix.SIGTTOU} {
+		mask.Val[(sig-1)/64] |= 1 << ((sig - 1) % 64)
+	}
+	// Failure leaves the mask as it was: the log works as before.
+	_ = unix.PthreadSigmask(unix.SIG_BLOCK, &mask, nil)
 	var batch []byte
 	for range s.wake {
 		for {

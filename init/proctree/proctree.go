@@ -1,21 +1,87 @@
-// Package proctree reads the process tree from a proc filesystem. nodeinit
-// uses it when it is a child subreaper rather than PID 1: it cannot signal
-// "every process of the namespace" with kill(-1), so at shutdown it signals
-// the descendants it finds here instead.
+// Package proctree reads nodeinit's own subtree of processes from a proc
+// filesystem. nodeinit uses it when it is a child subreaper rather than
+// PID 1: it cannot signal "every process of the namespace" with kill(-1),
+// so at shutdown it signals the descendants it finds here instead.
+//
+// The walk follows the kernel's own lists of each process's children
+// (/proc/PID/task/TID/children, one per thread, since a child belongs to
+// the thread that forked it), so its cost grows with nodeinit's subtree, not
+// with the number of processes on the host. On a kernel built without those
+// lists (CONFIG_PROC_CHILDREN) it falls back to reading the parent of every
+// process in /proc.
 package proctree
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 )
 
-// Descendants returns the pids of every process below pid, read from the
-// proc filesystem mounted at procRoot ("/proc"). A process that ends while
-// the tree is read is simply missing from the result.
+// Descendants returns the pids of every process below pid, parents before
+// their children, read from the proc filesystem at procRoot ("/proc"). A
+// process that ends while the tree is read is missing from the result, and
+// one forked meanwhile may be: callers that must catch every descendant walk
+// again until none is left.
 func Descendants(procRoot string, pid int) ([]int, error) {
+	children, err := Children(procRoot, pid)
+	if errors.Is(err, errNoChildLists) {
+		return scan(procRoot, pid)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for len(children) > 0 {
+		p := children[0]
+		children = children[1:]
+		out = append(out, p)
+		// A child that is gone has no children left to list.
+		more, _ := Children(procRoot, p)
+		children = append(children, more...)
+	}
+	return out, nil
+}
+
+// errNoChildLists says the kernel keeps no /proc/PID/task/TID/children.
+var errNoChildLists = errors.New("the kernel lists no children in /proc (CONFIG_PROC_CHILDREN)")
+
+// Children returns the children of pid, from the children list of each of
+// its threads.
+func Children(procRoot string, pid int) ([]int, error) {
+	taskDir := filepath.Join(procRoot, strconv.Itoa(pid), "task")
+	tasks, err := os.ReadDir(taskDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(taskDir, t.Name(), "children"))
+		if errors.Is(err, fs.ErrNotExist) {
+			if _, statErr := os.Stat(filepath.Join(taskDir, t.Name())); statErr == nil {
+				return nil, errNoChildLists
+			}
+			continue // the thread ended meanwhile
+		}
+		if err != nil {
+			continue
+		}
+		for f := range bytes.FieldsSeq(b) {
+			if c, err := strconv.Atoi(string(f)); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// scan finds the descendants of pid from the parent of every process in
+// /proc: the way that works on every kernel, at a cost that grows with the
+// host's process count.
+func scan(procRoot string, pid int) ([]int, error) {
 	entries, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil, err
@@ -63,4 +129,19 @@ func ParentPid(stat []byte) (int, error) {
 		return 0, fmt.Errorf("malformed stat: too few fields")
 	}
 	return strconv.Atoi(string(fields[1]))
+}
+
+// Describe names a process for the log: "1234 (sleep) S". A process that is
+// gone is "1234 (gone)".
+func Describe(procRoot string, pid int) string {
+	stat, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if err != nil || open < 0 || end < open {
+		return strconv.Itoa(pid) + " (gone)"
+	}
+	state := ""
+	if f := bytes.Fields(stat[end+1:]); len(f) > 0 {
+		state = " " + string(f[0])
+	}
+	return fmt.Sprintf("%d %s%s", pid, stat[open:end+1], state)
 }

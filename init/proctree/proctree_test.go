@@ -2,10 +2,14 @@ package proctree
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParentPid(t *testing.T) {
@@ -28,28 +32,119 @@ func TestParentPid(t *testing.T) {
 	}
 }
 
-func TestDescendantsWalksTheWholeSubtree(t *testing.T) {
+// fakeProc writes a proc tree: every pid gets a stat naming its parent and,
+// with lists, a task directory per thread whose children file lists the
+// children that thread forked (a pid's children go to its first thread,
+// except those in forkedBy, which names the forking thread).
+func fakeProc(t *testing.T, parents map[int]int, threads map[int][]int, forkedBy map[int]int, lists bool) string {
+	t.Helper()
 	root := t.TempDir()
-	// 10 -> 11 -> 12 -> 13; 10 -> 14; 20 is unrelated.
-	for pid, ppid := range map[int]int{10: 1, 11: 10, 12: 11, 13: 12, 14: 10, 20: 1} {
+	write := func(path, text string) {
+		must(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		must(t, os.WriteFile(path, []byte(text), 0o644))
+	}
+	children := map[int][]int{} // by thread
+	for pid, ppid := range parents {
+		tid := ppid
+		if by, ok := forkedBy[pid]; ok {
+			tid = by
+		}
+		children[tid] = append(children[tid], pid)
+	}
+	for pid, ppid := range parents {
 		dir := filepath.Join(root, strconv.Itoa(pid))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Fatal(err)
+		write(filepath.Join(dir, "stat"), strconv.Itoa(pid)+" (p) S "+strconv.Itoa(ppid)+" 0 0")
+		if !lists {
+			must(t, os.MkdirAll(filepath.Join(dir, "task", strconv.Itoa(pid)), 0o755))
+			continue
 		}
-		stat := strconv.Itoa(pid) + " (p) S " + strconv.Itoa(ppid) + " 0 0"
-		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
-			t.Fatal(err)
+		for _, tid := range append([]int{pid}, threads[pid]...) {
+			var list []string
+			for _, c := range children[tid] {
+				list = append(list, strconv.Itoa(c))
+			}
+			write(filepath.Join(dir, "task", strconv.Itoa(tid), "children"), strings.Join(list, " ")+" ")
 		}
 	}
-	if err := os.Mkdir(filepath.Join(root, "self"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Descendants(root, 10)
+	return root
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// 10 -> 11 -> 12 -> 13; 10 -> 14, forked by 10's second thread 15; 20 and
+// 21 are unrelated.
+var tree = map[int]int{10: 1, 11: 10, 12: 11, 13: 12, 14: 10, 20: 1, 21: 20}
+
+func TestDescendantsFollowsEveryThreadsChildren(t *testing.T) {
+	root := fakeProc(t, tree, map[int][]int{10: {15}}, map[int]int{14: 15}, true)
+	got, err := Descendants(root, 10)
+	must(t, err)
 	slices.Sort(got)
 	if want := []int{11, 12, 13, 14}; !slices.Equal(got, want) {
 		t.Errorf("Descendants = %v, want %v", got, want)
+	}
+}
+
+// The walk reads only the subtree, never the rest of the host: here 2,000
+// other processes claim 10 as their parent in their stat, which a scan of
+// /proc would believe, but no child list of 10 names them.
+func TestDescendantsReadsOnlyTheSubtree(t *testing.T) {
+	root := fakeProc(t, tree, map[int][]int{10: {15}}, map[int]int{14: 15}, true)
+	for p := 1000; p < 3000; p++ {
+		dir := filepath.Join(root, strconv.Itoa(p))
+		must(t, os.MkdirAll(filepath.Join(dir, "task", strconv.Itoa(p)), 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, "stat"), []byte(strconv.Itoa(p)+" (other) S 10 0 0"), 0o644))
+		must(t, os.WriteFile(filepath.Join(dir, "task", strconv.Itoa(p), "children"), nil, 0o644))
+	}
+	got, err := Descendants(root, 10)
+	must(t, err)
+	slices.Sort(got)
+	if want := []int{11, 12, 13, 14}; !slices.Equal(got, want) {
+		t.Errorf("Descendants = %v, want only %v", got, want)
+	}
+}
+
+func TestDescendantsWithoutChildListsScansEveryParent(t *testing.T) {
+	root := fakeProc(t, tree, nil, nil, false)
+	got, err := Descendants(root, 10)
+	must(t, err)
+	slices.Sort(got)
+	if want := []int{11, 12, 13, 14}; !slices.Equal(got, want) {
+		t.Errorf("Descendants = %v, want %v", got, want)
+	}
+}
+
+// On the real /proc: a shell that forks a grandchild is found, with the
+// grandchild, below this test's process.
+func TestDescendantsOfARealProcess(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	must(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := Descendants("/proc", os.Getpid())
+		must(t, err)
+		if slices.Contains(got, cmd.Process.Pid) && len(got) >= 2 {
+			grand, _ := Children("/proc", cmd.Process.Pid)
+			if len(grand) == 1 && slices.Contains(got, grand[0]) {
+				if d := Describe("/proc", grand[0]); !strings.Contains(d, "(sleep)") {
+					t.Errorf("Describe = %q, want the sleep", d)
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the shell and its sleep not found below this process: %v", got)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -82,18 +82,20 @@ func (r *Reaper) Start(path string, argv []string, attr *syscall.ProcAttr) (pid 
 
 // Reap collects every child that has ended, without blocking. It returns the
 // exits of tracked children; the others are orphans, counted and discarded.
-// none is true when no child at all is left (wait4 reports ECHILD).
-func (r *Reaper) Reap() (exits []Exit, none bool) {
+// none is true when no child at all is left (wait4 reports ECHILD). err is
+// any other failure of wait4, which ends this round of reaping; it is not
+// expected (EINVAL would mean bad arguments) and the caller logs it.
+func (r *Reaper) Reap() (exits []Exit, none bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for {
 		var ws unix.WaitStatus
 		pid, err := linux.Wait4(-1, &ws, unix.WNOHANG)
 		if errors.Is(err, unix.ECHILD) {
-			return exits, true
+			return exits, true, nil
 		}
 		if err != nil || pid <= 0 {
-			return exits, false
+			return exits, false, err
 		}
 		if r.tracked[pid] {
 			delete(r.tracked, pid)

@@ -54,7 +54,10 @@ func TestReapReturnsTrackedExitsAndCountsOrphans(t *testing.T) {
 
 	var exits []Exit
 	for {
-		e, none := r.Reap()
+		e, none, err := r.Reap()
+		if err != nil {
+			t.Fatal(err)
+		}
 		exits = append(exits, e...)
 		if none {
 			break

@@ -14,10 +14,6 @@ type Backoff struct {
 	current time.Duration
 }
 
-// DefaultBackoff is the proxy's restart policy: 1s, doubling to 30s, reset
-// after a minute of running.
-var DefaultBackoff = Backoff{Initial: time.Second, Max: 30 * time.Second, Reset: time.Minute}
-
 // Next returns the delay before the next start, given how long the run that
 // just ended lasted.
 func (b *Backoff) Next(ran time.Duration) time.Duration {

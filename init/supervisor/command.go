@@ -32,6 +32,27 @@ func (e *StartError) Error() string {
 
 func (e *StartError) Unwrap() error { return e.Err }
 
+// ExitCode is the exit status nodeinit reports for a task that could not be
+// started: the StartError's 126 or 127. It is the one place that decides it.
+func ExitCode(err error) int {
+	var se *StartError
+	if errors.As(err, &se) {
+		return se.Code
+	}
+	return CodeNotExecutable
+}
+
+// getenv is the last value of key in env, as exec would see it.
+func getenv(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if s, ok := strings.CutPrefix(kv, key+"="); ok {
+			v = s
+		}
+	}
+	return v
+}
+
 // Resolve finds the program that a task names, the way execvp would: a name
 // with a slash is taken as a path, any other is searched in pathList (the
 // PATH the task will run with). It fails with a *StartError whose Code tells

@@ -3,32 +3,57 @@
 // does, in one goroutine: wait for a signal or a timer, reap or forward or
 // respawn, repeat. When the executor dies it shuts everything else down —
 // executor first, proxy last — and returns the executor's exit status.
+//
+// The phases of a run (see docs/design.md):
+//
+//	running      the executor runs; the proxy is respawned with backoff
+//	draining     a TERM or INT came and a Drainer drains the node first
+//	stopping     the executor has the TERM or INT, and the grace period
+//	shutdown     the executor has ended: TERM to the proxy and the rest
+//	killing      the grace period is over: KILL to what is left, again
+//	             after every reap, for at most ReapBound
 package supervisor
 
 import (
 	"cmp"
-	"errors"
 	"os"
-	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
-	"github.com/nodeinit/nodeinit/init/proctree"
 	"github.com/nodeinit/nodeinit/init/reaper"
+	"github.com/nodeinit/nodeinit/init/signals"
 )
 
 // Task is a program that nodeinit runs in its own process group.
 type Task struct {
 	Name string // "executor" or "proxy", for the log
-	Path string // resolved, see Resolve
+	// Path is the program: a path, or a name looked up in the PATH of Env
+	// when the task starts (see Resolve).
+	Path string
 	Args []string
 	Env  []string
 	// Stdin, Stdout and Stderr are handed to the child as they are: the
 	// child writes to the same files as nodeinit, nothing copies.
 	Stdin, Stdout, Stderr *os.File
+	// Foreground makes the task's process group the foreground group of
+	// the terminal on Stdin, which must be nodeinit's controlling terminal
+	// (see ControllingTerminal): it may then read the terminal, and the
+	// terminal's Ctrl-C and Ctrl-Z reach it.
+	Foreground bool
+}
+
+// Drainer drains the node before the executor is asked to stop: with
+// graceful node shutdown, the kubelet terminates its pods first.
+type Drainer interface {
+	// Drain begins and returns a channel closed once the node has drained.
+	// It must return at once.
+	Drain() <-chan struct{}
+	// Status is a short description for the status line.
+	Status() string
 }
 
 // Config is what Run needs.
@@ -40,69 +65,42 @@ type Config struct {
 	// before its process group is killed, and how long the rest gets after
 	// the executor has died.
 	GracePeriod time.Duration
-	// ProcRoot is the proc filesystem ("/proc"), read at shutdown when
-	// nodeinit is a subreaper and must find its descendants.
+	// ReapBound is how long, after the grace period of the shutdown,
+	// nodeinit goes on killing and reaping what is left before it exits
+	// anyway, naming what it could not reap (default DefaultReapBound).
+	ReapBound time.Duration
+	// Drain, when set, is asked to drain the node when the first TERM or
+	// INT arrives; the signal reaches the executor once it has drained,
+	// after DrainTimeout, or when a second TERM or INT comes.
+	Drain        Drainer
+	DrainTimeout time.Duration
+	// ProcRoot is the proc filesystem ("/proc"), read at shutdown to find
+	// nodeinit's descendants.
 	ProcRoot string
-	// Signals, when set, come from CatchSignals, called as early as
-	// possible so that a TERM arriving while nodeinit prepares is kept and
-	// forwarded once the executor runs. Run catches them itself if nil.
-	Signals *Signals
+	// Signals come from signals.CatchTerminating, called first thing, with
+	// CatchRest under way; Run waits for it before the first fork.
+	Signals *signals.Set
 	// OnExecutorStarted and OnShutdown, when set, are called from the loop
 	// once each; they must not block.
 	OnExecutorStarted func()
 	OnShutdown        func()
 }
 
-// Signals that the loop handles. Only these are caught: the Go runtime
-// uses others (SIGURG) for itself.
-var (
-	terminating = []os.Signal{unix.SIGTERM, unix.SIGINT}
-	// Forwarded to the executor and the proxy.
-	toBoth = []os.Signal{unix.SIGHUP}
-	// Forwarded to the executor alone: they are meant for the main task.
-	toExecutor = []os.Signal{unix.SIGQUIT, unix.SIGUSR2, unix.SIGWINCH}
-	other      = concat(toBoth, toExecutor, []os.Signal{unix.SIGUSR1})
+// DefaultReapBound is Config.ReapBound's default.
+const DefaultReapBound = 2 * time.Second
+
+type phase int
+
+const (
+	running phase = iota
+	draining
+	stopping
+	shutdown
+	killing
 )
 
-// Signals are the channels the loop's signals arrive on. os/signal drops a
-// signal when its channel is full, so each kind has a channel of its own:
-// a storm of HUPs or USR1s can fill only theirs, never hide the TERM that
-// follows it, nor a SIGCHLD (one pending SIGCHLD is enough, since every
-// wakeup reaps all children that have ended).
-type Signals struct {
-	child       chan os.Signal
-	terminating chan os.Signal
-	other       chan os.Signal
-	caught      chan struct{} // closed once every signal is caught
-}
-
-// CatchSignals starts catching the signals that Run handles, and returns
-// without waiting: os/signal enables each signal with a round trip to the
-// runtime's signal thread, eight cross-thread wakeups that would delay the
-// start by a third of a millisecond. They run on their own goroutine while
-// nodeinit prepares, SIGCHLD and TERM/INT first; Run waits for them before
-// the first fork.
-func CatchSignals() *Signals {
-	s := &Signals{
-		child:       make(chan os.Signal, 1),
-		terminating: make(chan os.Signal, 8),
-		other:       make(chan os.Signal, 64),
-		caught:      make(chan struct{}),
-	}
-	go func() {
-		signal.Notify(s.child, unix.SIGCHLD)
-		signal.Notify(s.terminating, terminating...)
-		signal.Notify(s.other, other...)
-		close(s.caught)
-	}()
-	return s
-}
-
-func concat(lists ...[]os.Signal) (out []os.Signal) {
-	for _, l := range lists {
-		out = append(out, l...)
-	}
-	return out
+func (p phase) String() string {
+	return [...]string{"running", "draining", "stopping", "shutdown", "killing"}[p]
 }
 
 type state int
@@ -131,30 +129,42 @@ type task struct {
 // Supervisor runs one executor and an optional proxy. Use it once.
 type Supervisor struct {
 	cfg      Config
-	reaper   *reaper.Reaper
-	isInit   bool
+	sys      system
+	sigs     *signals.Set
 	executor *task
 	proxy    *task
 	exitCode int
 
-	shuttingDown bool
-	graceArmed   bool
-	respawn      *time.Timer // the proxy's next start
-	grace        *time.Timer // executor kill, or, in shutdown, kill of the rest
+	phase      phase
+	done       bool
+	graceArmed bool           // the executor's grace period runs
+	pending    syscall.Signal // the TERM or INT held while the node drains
+	drained    <-chan struct{}
+
+	respawn    timer // the proxy's next start
+	grace      timer // executor kill, or, in shutdown, kill of the rest
+	drainLimit timer // the end of the drain
+	deadline   timer // the end of the shutdown, come what may
 }
 
 // New prepares a Supervisor; Run starts the tasks.
 func New(cfg Config) *Supervisor {
-	if cfg.ProcRoot == "" {
-		cfg.ProcRoot = "/proc"
+	return newWith(cfg, newKernel(cmp.Or(cfg.ProcRoot, "/proc")))
+}
+
+func newWith(cfg Config, sys system) *Supervisor {
+	if cfg.ReapBound <= 0 {
+		cfg.ReapBound = DefaultReapBound
 	}
 	s := &Supervisor{
-		cfg:      cfg,
-		reaper:   reaper.New(),
-		isInit:   os.Getpid() == 1,
-		executor: &task{Task: cfg.Executor},
-		respawn:  stoppedTimer(),
-		grace:    stoppedTimer(),
+		cfg:        cfg,
+		sys:        sys,
+		sigs:       cfg.Signals,
+		executor:   &task{Task: cfg.Executor},
+		respawn:    sys.NewTimer(),
+		grace:      sys.NewTimer(),
+		drainLimit: sys.NewTimer(),
+		deadline:   sys.NewTimer(),
 	}
 	if cfg.Proxy != nil {
 		s.proxy = &task{Task: *cfg.Proxy, backoff: cfg.Backoff}
@@ -162,86 +172,143 @@ func New(cfg Config) *Supervisor {
 	return s
 }
 
-func stoppedTimer() *time.Timer {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return t
-}
-
 // Run starts the proxy and the executor, supervises them and every orphan
 // until the executor has died and everything else is gone, and returns the
-// executor's exit status (128+S for a signal, 126 or 127 when it could not
-// be started).
+// executor's exit status: N, 128+S for a signal, 126 or 127 when it could
+// not be started. A proxy that cannot be found fails the same way before
+// anything starts.
 func (s *Supervisor) Run() int {
-	// Catch SIGCHLD before the first fork, so no child's end goes unnoticed.
-	sigs := s.cfg.Signals
-	if sigs == nil {
-		sigs = CatchSignals()
+	for _, t := range []*task{s.proxy, s.executor} {
+		if t == nil {
+			continue
+		}
+		path, err := Resolve(t.Name, t.Path, getenv(t.Env, "PATH"))
+		if err != nil {
+			klog.ErrorS(err, "Cannot start", "task", t.Name)
+			return ExitCode(err)
+		}
+		t.Path = path
 	}
-	<-sigs.caught
+	// Every signal is caught before the first fork: none of a child's
+	// ends, nor a signal meant for it, goes unnoticed.
+	s.sigs.Wait()
+	s.begin()
+	for !s.done {
+		s.step()
+	}
+	klog.InfoS("All processes have ended", "exitCode", s.exitCode, "orphansReaped", s.sys.Orphans())
+	return s.exitCode
+}
 
+// begin starts the tasks: the proxy first, so the node's service routing is
+// up when the executor starts pods.
+func (s *Supervisor) begin() {
 	if s.proxy != nil {
 		s.start(s.proxy)
 	}
 	if err := s.start(s.executor); err != nil {
-		s.exitCode = CodeNotExecutable
-		var se *StartError
-		if errors.As(err, &se) {
-			s.exitCode = se.Code
-		}
-		s.shutdown("executor could not be started")
-	} else if s.cfg.OnExecutorStarted != nil {
+		s.exitCode = ExitCode(err)
+		s.shutdown("the executor could not be started")
+		s.reap() // no SIGCHLD comes when nothing was started
+		return
+	}
+	if s.cfg.OnExecutorStarted != nil {
 		s.cfg.OnExecutorStarted()
 	}
-
-	for !s.shuttingDown || !s.reap() {
-		select {
-		case <-sigs.child:
-			s.reap()
-		case sig := <-sigs.terminating:
-			s.handleSignal(sig.(syscall.Signal))
-		case sig := <-sigs.other:
-			s.handleSignal(sig.(syscall.Signal))
-		case <-s.respawn.C:
-			if !s.shuttingDown {
-				s.start(s.proxy)
-			}
-		case <-s.grace.C:
-			s.graceExpired()
-		}
-	}
-	klog.InfoS("All processes have ended", "exitCode", s.exitCode, "orphansReaped", s.reaper.Orphans())
-	return s.exitCode
 }
 
-func (s *Supervisor) handleSignal(sig syscall.Signal) {
-	switch sig {
-	// Each signal is passed on before it is logged: the log can wait.
-	case unix.SIGTERM, unix.SIGINT:
-		s.signalTask(s.executor, sig)
-		klog.InfoS("Forwarded signal to the executor", "signal", unix.SignalName(sig))
-		if s.shuttingDown {
-			s.signalTask(s.proxy, sig)
-		} else if s.executor.state == stateRunning && !s.graceArmed {
-			// The grace period runs from the first TERM; more do not extend it.
-			s.graceArmed = true
-			s.grace.Reset(s.cfg.GracePeriod)
+// step waits for one event and handles it.
+func (s *Supervisor) step() {
+	select {
+	case <-s.sigs.Child:
+		s.reap()
+	case sig := <-s.sigs.Terminating:
+		s.terminate(sig.(syscall.Signal))
+	case sig := <-s.sigs.Other:
+		s.handle(sig.(syscall.Signal))
+	case <-s.respawn.C():
+		if s.phase < shutdown {
+			s.start(s.proxy)
 		}
-	case unix.SIGHUP:
+	case <-s.drained:
+		s.endDrain("the node has drained")
+	case <-s.drainLimit.C():
+		s.endDrain("the drain timeout is over")
+	case <-s.grace.C():
+		s.graceExpired()
+	case <-s.deadline.C():
+		s.giveUp()
+	}
+}
+
+// terminate handles TERM and INT: drain first when asked to, else pass it
+// to the executor and start its grace period.
+func (s *Supervisor) terminate(sig syscall.Signal) {
+	switch {
+	case s.phase == running && s.cfg.Drain != nil && s.executor.state == stateRunning:
+		s.phase, s.pending = draining, sig
+		s.drained = s.cfg.Drain.Drain()
+		s.drainLimit.Reset(s.cfg.DrainTimeout)
+		klog.InfoS("Draining the node before the executor stops", "signal", signals.Name(sig), "timeout", s.cfg.DrainTimeout)
+	case s.phase == draining:
+		s.pending = sig
+		s.endDrain("a second " + signals.Name(sig) + " came")
+	default:
+		s.stopExecutor(sig)
+	}
+}
+
+// endDrain passes the held TERM or INT to the executor.
+func (s *Supervisor) endDrain(why string) {
+	if s.phase != draining {
+		return
+	}
+	s.drained = nil
+	s.drainLimit.Stop()
+	klog.InfoS("Drain over", "reason", why)
+	s.stopExecutor(s.pending)
+}
+
+func (s *Supervisor) stopExecutor(sig syscall.Signal) {
+	// Passed on before it is logged: the log can wait.
+	s.signalTask(s.executor, sig)
+	if s.phase >= shutdown {
+		s.signalTask(s.proxy, sig)
+		klog.InfoS("Forwarded signal to the proxy", "signal", signals.Name(sig))
+		return
+	}
+	klog.InfoS("Forwarded signal to the executor", "signal", signals.Name(sig))
+	if s.executor.state == stateRunning && !s.graceArmed {
+		// The grace period runs from the first TERM; more do not extend it.
+		s.phase, s.graceArmed = stopping, true
+		s.grace.Reset(s.cfg.GracePeriod)
+	}
+}
+
+// handle routes every caught signal but CHLD, TERM and INT.
+func (s *Supervisor) handle(sig syscall.Signal) {
+	switch signals.RouteOf(sig) {
+	case signals.Both:
 		s.signalTask(s.executor, sig)
 		s.signalTask(s.proxy, sig)
-		klog.InfoS("Forwarded signal to the executor and the proxy", "signal", unix.SignalName(sig))
-	case unix.SIGQUIT, unix.SIGUSR2, unix.SIGWINCH:
-		s.signalTask(s.executor, sig)
-		klog.V(2).InfoS("Forwarded signal to the executor", "signal", unix.SignalName(sig))
-	case unix.SIGUSR1:
+		klog.InfoS("Forwarded signal to the executor and the proxy", "signal", signals.Name(sig))
+	case signals.Status:
 		s.logStatus()
+	default:
+		s.signalTask(s.executor, sig)
+		klog.V(2).InfoS("Forwarded signal to the executor", "signal", signals.Name(sig))
 	}
 }
 
-// reap collects every child that ended and reports whether none is left.
-func (s *Supervisor) reap() (none bool) {
-	exits, none := s.reaper.Reap()
+// reap collects every child that ended. In the shutdown it ends the run when
+// no child is left; once the grace period is over it kills again whatever
+// is still there, since a process that forked while the last kill went
+// round is now nodeinit's to kill.
+func (s *Supervisor) reap() {
+	exits, none, err := s.sys.Reap()
+	if err != nil {
+		klog.ErrorS(err, "Reaping failed; trying again at the next SIGCHLD")
+	}
 	for _, e := range exits {
 		switch {
 		case e.Pid == s.executor.pid && s.executor.state == stateRunning:
@@ -250,19 +317,24 @@ func (s *Supervisor) reap() (none bool) {
 			s.proxyEnded(e)
 		}
 	}
-	return none
+	switch {
+	case s.phase >= shutdown && none:
+		s.done = true
+	case s.phase == killing:
+		s.killRest(unix.SIGKILL)
+	}
 }
 
 func (s *Supervisor) executorEnded(e reaper.Exit) {
 	s.ended(s.executor, e)
 	s.exitCode = e.Code()
 	klog.InfoS("Executor ended", "pid", e.Pid, "status", e.String(), "exitCode", s.exitCode)
-	s.shutdown("executor ended")
+	s.shutdown("the executor ended")
 }
 
 func (s *Supervisor) proxyEnded(e reaper.Exit) {
 	ran := s.ended(s.proxy, e)
-	if s.shuttingDown {
+	if s.phase >= shutdown {
 		klog.InfoS("Proxy ended", "pid", e.Pid, "status", e.String())
 		return
 	}
@@ -273,7 +345,7 @@ func (s *Supervisor) proxyEnded(e reaper.Exit) {
 func (s *Supervisor) ended(t *task, e reaper.Exit) time.Duration {
 	t.state = stateExited
 	t.lastExit = e.String()
-	return time.Since(t.started)
+	return s.sys.Now().Sub(t.started)
 }
 
 func (s *Supervisor) scheduleRespawn(ran time.Duration, why string) {
@@ -287,19 +359,23 @@ func (s *Supervisor) scheduleRespawn(ran time.Duration, why string) {
 // (fork failing with EAGAIN under a pids limit, say) is tried again after its
 // backoff; the executor's failure is returned.
 func (s *Supervisor) start(t *task) error {
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if t.Foreground {
+		sys.Foreground, sys.Ctty = true, int(t.Stdin.Fd())
+	}
 	attr := &syscall.ProcAttr{
 		Env:   t.Env,
 		Files: []uintptr{t.Stdin.Fd(), t.Stdout.Fd(), t.Stderr.Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   sys,
 	}
 	argv := append([]string{t.Path}, t.Args...)
-	pid, err := s.reaper.Start(t.Path, argv, attr)
-	t.started = time.Now()
+	pid, err := s.sys.Start(t.Path, argv, attr)
+	t.started = s.sys.Now()
 	if err != nil {
 		err = startError(t.Name, t.Path, err)
 		klog.ErrorS(err, "Task not started", "task", t.Name)
 		t.lastExit = "not started: " + err.Error()
-		if t == s.proxy && !s.shuttingDown {
+		if t == s.proxy && s.phase < shutdown {
 			s.scheduleRespawn(0, "start failed")
 		} else {
 			t.state = stateExited
@@ -317,13 +393,17 @@ func (s *Supervisor) start(t *task) error {
 }
 
 // shutdown begins the end: the proxy and every other process get TERM now
-// and KILL when the grace period is over.
+// and KILL when the grace period is over; whatever is left ReapBound after
+// that is named and left behind.
 func (s *Supervisor) shutdown(why string) {
-	s.shuttingDown = true
+	s.phase = shutdown
 	s.respawn.Stop()
+	s.drainLimit.Stop()
+	s.drained = nil
 	s.signalTask(s.proxy, unix.SIGTERM)
-	s.signalRest(unix.SIGTERM)
+	s.killRest(unix.SIGTERM)
 	s.grace.Reset(s.cfg.GracePeriod)
+	s.deadline.Reset(s.cfg.GracePeriod + s.cfg.ReapBound)
 	klog.InfoS("Shutting down: sent TERM to the proxy and every other process", "reason", why, "gracePeriod", s.cfg.GracePeriod)
 	if s.cfg.OnShutdown != nil {
 		s.cfg.OnShutdown()
@@ -331,16 +411,32 @@ func (s *Supervisor) shutdown(why string) {
 }
 
 func (s *Supervisor) graceExpired() {
-	if !s.shuttingDown {
+	if s.phase < shutdown {
 		if s.executor.state == stateRunning {
 			klog.InfoS("Executor still running after the grace period; killing its process group", "pid", s.executor.pid, "gracePeriod", s.cfg.GracePeriod)
 			s.signalTask(s.executor, unix.SIGKILL)
 		}
 		return
 	}
+	s.phase = killing
 	klog.InfoS("Grace period over; killing what is left", "gracePeriod", s.cfg.GracePeriod)
 	s.signalTask(s.proxy, unix.SIGKILL)
-	s.signalRest(unix.SIGKILL)
+	s.killRest(unix.SIGKILL)
+}
+
+// giveUp ends the run ReapBound after the grace period with what cannot be
+// reaped still there: a process in uninterruptible sleep, say.
+func (s *Supervisor) giveUp() {
+	left := s.sys.Leftovers()
+	klog.ErrorS(nil, "Exiting with processes that could not be reaped", "bound", s.cfg.GracePeriod+s.cfg.ReapBound,
+		"count", len(left), "processes", strings.Join(left, ", "))
+	s.done = true
+}
+
+func (s *Supervisor) killRest(sig syscall.Signal) {
+	if err := s.sys.KillRest(sig); err != nil {
+		klog.ErrorS(err, "Cannot signal the remaining processes", "signal", signals.Name(sig))
+	}
 }
 
 // signalTask signals a running task's process group, or the task alone if
@@ -349,27 +445,8 @@ func (s *Supervisor) signalTask(t *task, sig syscall.Signal) {
 	if t == nil || t.state != stateRunning {
 		return
 	}
-	if err := unix.Kill(-t.pid, sig); errors.Is(err, unix.ESRCH) {
-		_ = unix.Kill(t.pid, sig)
-	}
-}
-
-// signalRest signals every process nodeinit is responsible for: as PID 1,
-// every process of the pid namespace; as a subreaper, its descendants.
-func (s *Supervisor) signalRest(sig syscall.Signal) {
-	if s.isInit {
-		if err := unix.Kill(-1, sig); err != nil && !errors.Is(err, unix.ESRCH) {
-			klog.ErrorS(err, "Cannot signal the processes of the namespace", "signal", unix.SignalName(sig))
-		}
-		return
-	}
-	pids, err := proctree.Descendants(s.cfg.ProcRoot, os.Getpid())
-	if err != nil {
-		klog.ErrorS(err, "Cannot list descendants", "signal", unix.SignalName(sig))
-		return
-	}
-	for _, pid := range pids {
-		_ = unix.Kill(pid, sig)
+	if err := s.sys.Kill(-t.pid, sig); err != nil {
+		_ = s.sys.Kill(t.pid, sig)
 	}
 }
 
@@ -382,8 +459,11 @@ func (s *Supervisor) logStatus() {
 		if t.state == stateRunning {
 			pid = t.pid
 		}
-		klog.InfoS("Task status", "task", t.Name, "pid", pid, "state", t.state,
+		klog.InfoS("Task status", "task", t.Name, "pid", pid, "state", t.state, "phase", s.phase,
 			"started", t.started.UTC().Format(time.RFC3339), "restarts", max(t.starts-1, 0),
 			"lastExit", cmp.Or(t.lastExit, "none"), "backoff", t.backoff.Current())
+	}
+	if s.cfg.Drain != nil {
+		klog.InfoS("Node drain status", "phase", s.phase, "drain", s.cfg.Drain.Status())
 	}
 }

@@ -45,6 +45,10 @@ type Options struct {
 	Binary string
 	// Dir is the run's directory (Path); default: a new temporary one.
 	Dir string
+	// Prefix is a command that runs first and execs nodeinit with its
+	// arguments appended (`nohup`, or a shell that ignores a signal and
+	// runs `exec "$@"`); nodeinit keeps its pid.
+	Prefix []string
 }
 
 // Node is one run of nodeinit, started by Launch.
@@ -81,7 +85,7 @@ func Launch(tb testing.TB, o Options, args ...string) *Node {
 		n.dir = tb.TempDir()
 	}
 
-	argv := append([]string{bin}, args...)
+	argv := append(append(append([]string(nil), o.Prefix...), bin), args...)
 	if o.MountNS {
 		unshare := RequireTool(tb, "unshare")
 		pre := []string{unshare, "--pid", "--fork", "--mount-proc"}
@@ -223,6 +227,14 @@ func (n *Node) Wait(timeout time.Duration) int {
 		n.tb.Fatalf("nodeinit still running after %v; log:\n%s", timeout, n.Log())
 	}
 	return n.ExitCode()
+}
+
+// Signaled reports whether a signal ended nodeinit itself, rather than
+// nodeinit exiting with a code (which may be 128+S for its executor's
+// signal); call it once Done is closed.
+func (n *Node) Signaled() bool {
+	ws, ok := n.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
 }
 
 // ExitCode is the code nodeinit exited with; call it once Done is closed.

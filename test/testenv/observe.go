@@ -121,13 +121,18 @@ func (r Record) Signals() string {
 
 // Report is what the task helper writes with --report: where it runs.
 type Report struct {
-	Pid     int      `json:"pid"`
-	Ppid    int      `json:"ppid"`
-	Pgid    int      `json:"pgid"`
-	MountNS string   `json:"mountns"`
-	Cgroup  string   `json:"cgroup"` // the text of /proc/self/cgroup
-	Args    []string `json:"args"`
-	Env     []string `json:"env"`
+	Pid     int    `json:"pid"`
+	Ppid    int    `json:"ppid"`
+	Pgid    int    `json:"pgid"`
+	MountNS string `json:"mountns"`
+	Cgroup  string `json:"cgroup"` // the text of /proc/self/cgroup
+	// Stdin is what its fd 0 is ("/dev/null"); Foreground is the
+	// foreground process group of the terminal on its stdout, 0 when that
+	// is not a terminal of its session.
+	Stdin      string   `json:"stdin"`
+	Foreground int      `json:"foreground"`
+	Args       []string `json:"args"`
+	Env        []string `json:"env"`
 }
 
 // ReadReport reads the task helper's --report file.

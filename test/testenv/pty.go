@@ -11,10 +11,13 @@ import (
 // reads and writes as the user's terminal emulator would, and its slave, to
 // hand to the program under test as its terminal (Options.Terminal).
 func OpenPTY() (master, slave *os.File, err error) {
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	// Non-blocking, so that os.NewFile puts the master on the runtime's
+	// poller and read deadlines work on it.
+	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, &os.PathError{Op: "open", Path: "/dev/ptmx", Err: err}
 	}
+	m := os.NewFile(uintptr(fd), "/dev/ptmx")
 	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 		m.Close()
 		return nil, nil, os.NewSyscallError("ioctl(TIOCSPTLCK)", err)

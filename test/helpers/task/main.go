@@ -19,10 +19,21 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/init/signals"
 	"github.com/nodeinit/nodeinit/test/helpers/ownflags"
 )
 
-var recorded = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH}
+// recorded is every signal nodeinit may pass on: all it catches but the
+// SIGCHLD this helper's own children send it.
+func recorded() []os.Signal {
+	var out []os.Signal
+	for _, sig := range signals.Caught() {
+		if sig != unix.SIGCHLD {
+			out = append(out, sig)
+		}
+	}
+	return out
+}
 
 func main() {
 	// Roles reached by re-executing ourselves.
@@ -30,6 +41,9 @@ func main() {
 		switch os.Args[1] {
 		case "orphan-parent": // fork the orphans, then exit so they are re-parented
 			orphanParent(os.Args[2])
+			return
+		case "hold": // fork this many children that wait until killed
+			hold(os.Args[2])
 			return
 		case "grandchild": // ignore TERM and sleep
 			signal.Ignore(unix.SIGTERM, unix.SIGINT)
@@ -55,7 +69,7 @@ func main() {
 	ownflags.Parse()
 
 	sigs := make(chan os.Signal, 1024)
-	signal.Notify(sigs, recorded...)
+	signal.Notify(sigs, recorded()...)
 	var rec *os.File
 	if *record != "" {
 		f, err := os.OpenFile(*record, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -106,7 +120,7 @@ loop:
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
 			if rec != nil {
-				fmt.Fprintf(rec, "%s %d\n", strings.TrimPrefix(unix.SignalName(sig), "SIG"), time.Now().UnixNano())
+				fmt.Fprintf(rec, "%s %d\n", signals.Name(sig), time.Now().UnixNano())
 			}
 			if (sig == unix.SIGTERM || sig == unix.SIGINT) && !*ignoreTerm {
 				break loop
@@ -145,6 +159,29 @@ func orphanParent(arg string) {
 	os.Exit(0)
 }
 
+// hold forks n children that pause until a signal ends them, and waits
+// for ever itself: processes that are not nodeinit's, for a host that is
+// busy. Kill its process group to end them.
+func hold(arg string) {
+	n, err := strconv.Atoi(arg)
+	check(err)
+	for i := 0; i < n; i++ {
+		pid, _, errno := unix.RawSyscall(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0)
+		if errno != 0 {
+			check(fmt.Errorf("fork holder %d: %w", i, errno))
+		}
+		if pid == 0 {
+			for {
+				unix.RawSyscall(unix.SYS_PAUSE, 0, 0, 0)
+			}
+		}
+	}
+	fmt.Println("holding", n)
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
 // restoreDefaultAction sets sig's action to SIG_DFL in the kernel. The Go
 // runtime keeps its own handler for SEGV, ABRT and the like even after
 // signal.Reset, and would exit 2 instead of dying by the signal.
@@ -160,22 +197,26 @@ func restoreDefaultAction(sig syscall.Signal) {
 }
 
 type reportJSON struct {
-	Pid     int      `json:"pid"`
-	Ppid    int      `json:"ppid"`
-	Pgid    int      `json:"pgid"`
-	MountNS string   `json:"mountns"`
-	Cgroup  string   `json:"cgroup"`
-	Args    []string `json:"args"`
-	Env     []string `json:"env"`
+	Pid        int      `json:"pid"`
+	Ppid       int      `json:"ppid"`
+	Pgid       int      `json:"pgid"`
+	MountNS    string   `json:"mountns"`
+	Cgroup     string   `json:"cgroup"`
+	Stdin      string   `json:"stdin"`
+	Foreground int      `json:"foreground"`
+	Args       []string `json:"args"`
+	Env        []string `json:"env"`
 }
 
 func writeReport(path string) {
 	pgid, _ := unix.Getpgid(0)
 	mnt, _ := os.Readlink("/proc/self/ns/mnt")
 	cg, _ := os.ReadFile("/proc/self/cgroup")
+	stdin, _ := os.Readlink("/proc/self/fd/0")
+	fg, _ := unix.IoctlGetInt(1, unix.TIOCGPGRP)
 	data, err := json.Marshal(reportJSON{
 		Pid: os.Getpid(), Ppid: os.Getppid(), Pgid: pgid, MountNS: mnt,
-		Cgroup: string(cg), Args: os.Args[1:], Env: os.Environ(),
+		Cgroup: string(cg), Stdin: stdin, Foreground: fg, Args: os.Args[1:], Env: os.Environ(),
 	})
 	check(err)
 	check(os.WriteFile(path+".tmp", data, 0o644))

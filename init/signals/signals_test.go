@@ -1,0 +1,87 @@
+package signals
+
+import (
+	"slices"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestEveryCatchableSignalHasARoute(t *testing.T) {
+	caught := Caught()
+	for _, sig := range Kept {
+		if slices.Contains(caught, sig) {
+			t.Errorf("%s is kept by the kernel or the Go runtime, yet caught", Name(sig))
+		}
+	}
+	if len(caught)+len(Kept) != lastSignal {
+		t.Errorf("%d caught + %d kept, want all %d signals", len(caught), len(Kept), lastSignal)
+	}
+	want := map[syscall.Signal]Route{
+		unix.SIGCHLD: Reap, unix.SIGTERM: Terminate, unix.SIGINT: Terminate, unix.SIGHUP: Both, unix.SIGUSR1: Status,
+		unix.SIGQUIT: Executor, unix.SIGSEGV: Executor, unix.SIGABRT: Executor, unix.SIGPIPE: Executor,
+		unix.SIGTSTP: Executor, unix.SIGTTIN: Executor, unix.SIGCONT: Executor, unix.SIGWINCH: Executor, 64: Executor,
+	}
+	for sig, r := range want {
+		if got := RouteOf(sig); got != r {
+			t.Errorf("RouteOf(%s) = %v, want %v", Name(sig), got, r)
+		}
+	}
+}
+
+func TestNamesRoundTrip(t *testing.T) {
+	for s := syscall.Signal(1); s <= lastSignal; s++ {
+		got, ok := Parse(Name(s))
+		if !ok || got != s {
+			t.Errorf("Parse(Name(%d)) = %d, %v", s, got, ok)
+		}
+	}
+	if Name(unix.SIGTERM) != "TERM" || Name(40) != "40" {
+		t.Errorf("names: %q %q", Name(unix.SIGTERM), Name(40))
+	}
+}
+
+func TestCarriedAcrossTheReexec(t *testing.T) {
+	t.Setenv(CarryEnv, "ignored=HUP,TSTP;pending=TERM,INT")
+	c, err := TakeCarried()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Valid || !slices.Equal(c.Ignored, []syscall.Signal{unix.SIGHUP, unix.SIGTSTP}) || !slices.Equal(c.Pending, []syscall.Signal{unix.SIGTERM, unix.SIGINT}) {
+		t.Errorf("carried %+v", c)
+	}
+	if _, still := syscall.Getenv(CarryEnv); still {
+		t.Error("the variable is still in the environment, where a child would see it")
+	}
+	for _, bad := range []string{"ignored=NOPE", "stale=1", "pending=TERM;x=y"} {
+		t.Setenv(CarryEnv, bad)
+		if _, err := TakeCarried(); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	t.Setenv(CarryEnv, "ignored=;pending=")
+	if c, err := TakeCarried(); err != nil || !c.Valid || len(c.Ignored)+len(c.Pending) != 0 {
+		t.Errorf("empty lists: %+v, %v", c, err)
+	}
+}
+
+func TestTheKernelsIgnoredActionIsSeen(t *testing.T) {
+	// SIGTTIN is one the Go runtime leaves alone: its action is the
+	// kernel's, as inherited.
+	if isIgnored(unix.SIGTTIN) {
+		t.Skip("skipped: SIGTTIN was ignored when the test started")
+	}
+	var act, old [4]uint64
+	act[0] = sigIgn
+	set := func(a *[4]uint64, o *[4]uint64) {
+		if _, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(unix.SIGTTIN), uintptrOf(a), uintptrOf(o), 8, 0, 0); errno != 0 {
+			t.Fatal(errno)
+		}
+	}
+	set(&act, &old)
+	defer set(&old, nil)
+	if !isIgnored(unix.SIGTTIN) || !slices.Contains(ignoredNow(), unix.SIGTTIN) {
+		t.Error("SIGTTIN set to SIG_IGN is not seen as ignored")
+	}
+}

@@ -1,0 +1,116 @@
+package supervisor
+
+import (
+	"errors"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/init/proctree"
+	"github.com/nodeinit/nodeinit/init/reaper"
+)
+
+// system is what the supervisor asks of the kernel and the clock: starting
+// and reaping children, signalling processes, timers. The real one is
+// kernel; the supervisor's tests give it a fake, to step through its states
+// without processes or the wall clock.
+type system interface {
+	Start(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error)
+	Reap() (exits []reaper.Exit, none bool, err error)
+	Orphans() uint64
+	// Kill signals one process (pid > 0) or a process group (pid < 0).
+	Kill(pid int, sig syscall.Signal) error
+	// KillRest signals every process nodeinit is responsible for: as PID 1
+	// every process of its pid namespace, else every descendant.
+	KillRest(sig syscall.Signal) error
+	// Leftovers describes the processes KillRest would signal, for the
+	// last log line when some cannot be reaped.
+	Leftovers() []string
+	Now() time.Time
+	NewTimer() timer
+}
+
+// timer is a time.Timer that starts stopped.
+type timer interface {
+	C() <-chan time.Time
+	Reset(d time.Duration)
+	Stop()
+}
+
+// kernel is the real system.
+type kernel struct {
+	reaper   *reaper.Reaper
+	isInit   bool
+	self     int
+	procRoot string
+}
+
+func newKernel(procRoot string) *kernel {
+	pid := os.Getpid()
+	return &kernel{reaper: reaper.New(), isInit: pid == 1, self: pid, procRoot: procRoot}
+}
+
+func (k *kernel) Start(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	return k.reaper.Start(path, argv, attr)
+}
+
+func (k *kernel) Reap() ([]reaper.Exit, bool, error) { return k.reaper.Reap() }
+func (k *kernel) Orphans() uint64                    { return k.reaper.Orphans() }
+
+func (k *kernel) Kill(pid int, sig syscall.Signal) error {
+	if err := unix.Kill(pid, sig); err != nil {
+		return os.NewSyscallError("kill", err)
+	}
+	return nil
+}
+
+// KillRest uses kill(-1) as PID 1: it reaches every process of the
+// namespace at once, and a process forking meanwhile cannot escape it. A
+// subreaper cannot use it (it would signal the whole host) and signals the
+// descendants it finds; one forked after the walk is found by the next.
+func (k *kernel) KillRest(sig syscall.Signal) error {
+	if k.isInit {
+		if err := unix.Kill(-1, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+			return os.NewSyscallError("kill(-1)", err)
+		}
+		return nil
+	}
+	pids, err := proctree.Descendants(k.procRoot, k.self)
+	if err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		_ = unix.Kill(pid, sig)
+	}
+	return nil
+}
+
+// Leftovers lists every descendant: as PID 1 that is every process of the
+// namespace too.
+func (k *kernel) Leftovers() []string {
+	pids, err := proctree.Descendants(k.procRoot, k.self)
+	if err != nil {
+		return []string{"cannot list: " + err.Error()}
+	}
+	out := make([]string, len(pids))
+	for i, pid := range pids {
+		out[i] = proctree.Describe(k.procRoot, pid)
+	}
+	return out
+}
+
+func (k *kernel) Now() time.Time { return time.Now() }
+
+func (k *kernel) NewTimer() timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return wallTimer{t}
+}
+
+type wallTimer struct{ t *time.Timer }
+
+func (w wallTimer) C() <-chan time.Time   { return w.t.C }
+func (w wallTimer) Reset(d time.Duration) { w.t.Reset(d) }
+func (w wallTimer) Stop()                 { w.t.Stop() }
