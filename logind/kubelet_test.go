@@ -125,6 +125,10 @@ func TestKubeletTakesADelayLockAndReleasesItAfterPrepareForShutdown(t *testing.T
 	if again := b.PrepareForShutdown(); again != drained {
 		t.Error("a second PrepareForShutdown returned another channel")
 	}
+	// godbus hands out its shared connection while it has not seen it
+	// closed: wait for that, so that a next run of this test connects anew.
+	b.Close()
+	waitFor(t, conn.Context().Done(), "the shared connection closed")
 }
 
 // With a delay shorter than the kubelet's shutdownGracePeriod, the kubelet
