@@ -101,3 +101,13 @@ func Exec(path string, argv, env []string) error {
 	err := retry(func() error { return unix.Exec(path, argv, env) })
 	return &os.PathError{Op: "execve", Path: path, Err: err}
 }
+
+// SendmsgN is sendmsg(2), once: a short count is the caller's to handle.
+// EAGAIN from a non-blocking socket is wrapped like any error.
+func SendmsgN(fd int, p, oob []byte, to unix.Sockaddr, flags int) (int, error) {
+	n, err := retry2(func() (int, error) { return unix.SendmsgN(fd, p, oob, to, flags) })
+	if err != nil {
+		return n, os.NewSyscallError("sendmsg", err)
+	}
+	return n, nil
+}

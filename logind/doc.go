@@ -1,0 +1,88 @@
+// Package logind owns nodeinit's stand-in for systemd-logind: the part of
+// the D-Bus system bus and of logind's org.freedesktop.login1 API that the
+// kubelet's Graceful Node Shutdown uses, served on a unix socket of
+// nodeinit's own, so that a kubelet in a container (where no logind runs)
+// drains its pods before nodeinit stops it.
+//
+// # The sequence
+//
+// nodeinit calls Listen before it starts the executor and gives the executor
+// DBUS_SYSTEM_BUS_ADDRESS=Address(). The kubelet (v1.34,
+// pkg/kubelet/nodeshutdown) then, over godbus's shared SystemBus connection:
+//
+//  1. authenticates (the NUL byte, AUTH, AUTH EXTERNAL <hex uid>,
+//     NEGOTIATE_UNIX_FD, BEGIN) and calls org.freedesktop.DBus.Hello;
+//  2. reads the property org.freedesktop.login1.Manager.InhibitDelayMaxUSec
+//     on /org/freedesktop/login1, answered from Options.InhibitDelayMax. If it
+//     is shorter than the kubelet's shutdownGracePeriod (the sum of its
+//     grace periods by pod priority), the kubelet writes
+//     /etc/systemd/logind.conf.d/99-kubelet.conf and asks
+//     org.freedesktop.systemd1 to KillUnit logind with SIGHUP; that name has
+//     no owner here, the call fails (ServiceUnknown) and the kubelet gives
+//     the feature up for good — so the option must be at least that period;
+//  3. calls Inhibit("shutdown", "kubelet", why, "delay") and keeps the unix fd
+//     it gets: the write end of a pipe whose read end the bus watches;
+//  4. adds the match rule for PrepareForShutdown and waits.
+//
+// On TERM, nodeinit calls PrepareForShutdown: every connection whose match
+// rules want it gets PrepareForShutdown(true); the kubelet marks its Node,
+// ends its pods by priority within their grace periods and closes its fd;
+// the channel PrepareForShutdown returned is closed when the last delay lock
+// is gone, and nodeinit goes on to TERM the executor. nodeinit bounds that
+// wait with InhibitDelayMax, as logind does.
+//
+// The kubelet takes its first lock when it starts; if the bus is not there
+// then, it never tries again (it reconnects every second only after a
+// connection that worked has ended). So the bus must listen before the
+// executor starts.
+//
+// # Why it is built this way
+//
+// Only the executor's processes may use the bus: the kernel's SO_PEERCRED
+// for each connection goes to Options.Allow before a byte is read, and a
+// refused peer is logged and disconnected. The socket is mode 0600.
+//
+// Messages are encoded and decoded by godbus (github.com/godbus/dbus/v5),
+// the library the kubelet's side uses, at v5.2 or later: v5.1's decoder
+// allocates whatever length a string or array claims before reading it, so
+// a 65-byte message could make PID 1 allocate 4 GiB. Before godbus sees a
+// message, the reader also checks its length from the fixed header against
+// a limit of 64 KiB. godbus keeps a message's serial to itself, so the
+// serial of an outgoing message is written into its fixed header position
+// after encoding. The authentication is the specification's server state
+// machine with EXTERNAL only, the identity checked against SO_PEERCRED.
+//
+// The bus is what a real one would be wherever the kubelet can tell: Hello
+// answers a unique name and is followed by NameAcquired; AddMatch and
+// RemoveMatch keep real match rules; replies carry the sender and the
+// caller's unique name as destination. Everything else is answered with the
+// D-Bus error a bus or logind would give (UnknownMethod, UnknownObject,
+// InvalidArgs, ServiceUnknown, NotSupported for lock types nodeinit does
+// not offer) and logged, and nothing a client sends can crash or block
+// nodeinit: input that breaks the message format ends that connection, as
+// the specification asks. Signals from logind name org.freedesktop.login1
+// as their sender where a real bus would name logind's unique name: here
+// logind and the bus are one, and godbus does not filter on the sender.
+//
+// Nothing blocks nodeinit's PID-1 loop: Listen, Address, PrepareForShutdown,
+// Status and Close return at once (Close waits at most a second for the
+// bus's goroutines, which end as soon as their descriptors close). Each
+// connection has a reader and a writer goroutine; replies and signals wait
+// in a queue bounded in messages and bytes, and a peer that lets it fill,
+// or does not take a write within 10 s, is dropped. Connections, match
+// rules and inhibitors are bounded in number, the handshake in lines,
+// line length and time.
+//
+// Writes go out through the socket's raw descriptor with sendmsg and
+// MSG_NOSIGNAL. A plain write to a peer that has gone away makes the kernel
+// raise SIGPIPE in the writer; in nodeinit, which catches signals by name
+// and forwards them to the executor, that would be a signal of its own
+// making, delivered or forwarded whenever SIGPIPE is ever caught. With
+// MSG_NOSIGNAL the kernel raises none, and the write fails with EPIPE,
+// which ends that one connection. Reads are plain read(2): any fd a client
+// passes is closed by the kernel, since the bus has no use for one.
+//
+// An inhibitor's pipe is made with O_CLOEXEC and its write end is closed in
+// nodeinit as soon as it is sent, so the lock's lifetime is the client's
+// alone; its read end waits in Go's poller, and Close releases it.
+package logind
