@@ -1,3 +1,5 @@
+//go:build !goroutinepump
+
 package logfile
 
 import (
@@ -12,6 +14,23 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeinit/nodeinit/internal/linux"
+)
+
+// Coalescing. A task that logs line by line, as klog does, makes a write(2)
+// per line; a pump that woke for each would spend more CPU than the task.
+// So after a round that read less than coalesceBelow from every pipe, the
+// pump waits coalesceFor before it looks again, and then takes all that
+// came meanwhile in one read. While it waits nothing sleeps on the pipes,
+// so the task's writes wake no one; a pipe of pipeSize holds what a task
+// writes meanwhile, up to 1 GiB/s. A round that read more does not wait:
+// then the pump is behind, and reads on.
+const (
+	coalesceBelow = 16 << 10
+	coalesceFor   = time.Millisecond
+	// pipeSize is the capacity asked for each pipe: also the largest an
+	// unprivileged process gets by default (/proc/sys/fs/pipe-max-size). A
+	// pipe the kernel will not enlarge is read at once, every time.
+	pipeSize = 1 << 20
 )
 
 // Pump copies every task's output from its pipe to its rotating file, in one
@@ -120,6 +139,11 @@ func (p *Pump) Add(name string) (*os.File, error) {
 	}
 	s := newStream(name, file)
 	s.rfd = fds[0]
+	if _, err := linux.SetPipeSize(fds[0], pipeSize); err != nil {
+		klog.V(2).InfoS("Cannot enlarge a task's log pipe; its output is read as it comes", "task", name, "err", err)
+	} else {
+		s.coalesce = true
+	}
 	s.w = os.NewFile(uintptr(fds[1]), "|"+file.path())
 	p.streams[int32(s.rfd)] = s
 	p.order = append(p.order, s)
@@ -217,7 +241,7 @@ func (p *Pump) run() {
 			p.finish()
 			return
 		}
-		closing := false
+		closing, busy := false, false
 		for _, ev := range events[:n] {
 			if ev.Fd == int32(p.wakefd) {
 				closing = true
@@ -233,10 +257,14 @@ func (p *Pump) run() {
 				// stop watching it rather than spin.
 				unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, s.rfd, nil)
 			}
+			busy = busy || s.behind()
 		}
 		if closing {
 			p.finish()
 			return
+		}
+		if !busy {
+			time.Sleep(coalesceFor)
 		}
 	}
 }
@@ -257,11 +285,20 @@ func (p *Pump) finish() {
 	p.err = errors.Join(errs...)
 }
 
+// behind reports whether the last read says the pump should read on at
+// once rather than coalesce: it took much, or all there was room for, or
+// the pipe is too small to hold what comes while the pump waits.
+func (s *stream) behind() bool {
+	return s.lastRead > 0 && (!s.coalesce || s.lastRead >= coalesceBelow || s.lastFull)
+}
+
 // readOnce reads once from the pipe and writes the lines it completed. It
 // reports whether more may come now: false on end of file, on an empty pipe,
 // and on a read error (logged).
 func (s *stream) readOnce() bool {
+	room := len(s.buf) - s.n
 	n, err := linux.Read(s.rfd, s.buf[s.n:])
+	s.lastRead, s.lastFull = max(n, 0), n == room
 	switch {
 	case errors.Is(err, unix.EAGAIN):
 		return false
@@ -273,6 +310,7 @@ func (s *stream) readOnce() bool {
 		s.eof = true
 		return false
 	}
+	s.reads++
 	s.complete(n)
 	return true
 }

@@ -27,7 +27,8 @@ func TestMain(m *testing.M) {
 
 // helper "lines PREFIX FIRST COUNT" writes numbered lines to stdout through
 // a buffer of an odd size, so that most write calls end inside a line, then
-// one line to stderr. "partial TEXT _ _" writes TEXT as it is, "long N _ _"
+// one line to stderr; "perline PREFIX FIRST COUNT" writes each line with a
+// write of its own, as klog does. "partial TEXT _ _" writes TEXT as it is, "long N _ _"
 // writes longText(N).
 func helper(mode string, args []string) int {
 	switch mode {
@@ -42,6 +43,15 @@ func helper(mode string, args []string) int {
 			return 1
 		}
 		fmt.Fprintf(os.Stderr, "%s stderr after %d\n", args[0], first+count-1)
+		return 0
+	case "perline":
+		first, _ := strconv.Atoi(args[1])
+		count, _ := strconv.Atoi(args[2])
+		for i := first; i < first+count; i++ {
+			if _, err := os.Stdout.WriteString(line(args[0], i) + "\n"); err != nil {
+				return 1
+			}
+		}
 		return 0
 	case "partial":
 		os.Stdout.WriteString(args[0])
@@ -158,6 +168,42 @@ func TestEveryLineArrivesOnceAcrossRotations(t *testing.T) {
 	if backups := checkLines(t, dir, "executor", expected("executor", 0, n)); backups < 3 {
 		t.Errorf("%d rotations, want at least 3", backups)
 	}
+}
+
+// A task that writes line by line is read many lines at a time: the pump
+// does not wake for every line. A read that takes less than coalesceBelow
+// is followed by a pause of coalesceFor, so there are at most as many such
+// reads as milliseconds, and the others take coalesceBelow each.
+func TestLinesWrittenOneByOneAreReadTogether(t *testing.T) {
+	dir := t.TempDir()
+	p := newPump(t, dir)
+	out, err := p.Add("executor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.order[0].coalesce {
+		t.Fatal("the pipe was not enlarged: reads cannot wait for more")
+	}
+	p.Start()
+	const n = 20000
+	start := time.Now()
+	runHelper(t, out, "perline", "executor", "0", strconv.Itoa(n))
+	if err := p.Close(closeBound); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	var want []string
+	size := 0
+	for i := range n {
+		want = append(want, line("executor", i))
+		size += len(want[i]) + 1
+	}
+	checkLines(t, dir, "executor", want)
+	reads, most := p.order[0].reads, int(took/coalesceFor)+size/coalesceBelow+10
+	if reads > most {
+		t.Errorf("%d lines written one by one in %s took %d reads, want at most %d", n, took, reads, most)
+	}
+	t.Logf("%d lines written one by one in %s took %d reads", n, took, reads)
 }
 
 func TestTwoTasksWriteAtOnce(t *testing.T) {

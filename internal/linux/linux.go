@@ -204,3 +204,13 @@ func ReadDirNames(dirfd int) ([]string, error) {
 		_, _, names = unix.ParseDirent(buf[:n], -1, names)
 	}
 }
+
+// SetPipeSize asks for a pipe's capacity with fcntl(F_SETPIPE_SZ) and
+// returns the capacity the kernel gave, at least size.
+func SetPipeSize(fd, size int) (int, error) {
+	n, err := retry2(func() (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, size) })
+	if err != nil {
+		return 0, os.NewSyscallError("fcntl F_SETPIPE_SZ", err)
+	}
+	return n, nil
+}
