@@ -1,5 +1,3 @@
-//go:build !goroutinepump
-
 package logfile
 
 import (
