@@ -19,25 +19,27 @@
 // keeps every pipe in its epoll set and is woken by every write, whatever
 // the reading goroutine does. nodeinit's CPU per GiB in the log-throughput
 // benchmark (1 GiB of 200-byte lines, one write(2) each, rotated at 10 MiB;
-// 2-core VM, medians of three runs; writing 1 GiB in 64 KiB writes costs
-// 0.42 s of CPU by itself):
+// 2-core VM, medians of three runs, with a 64 KiB buffer; writing 1 GiB in
+// 64 KiB writes costs 0.42 s of CPU by itself):
 //
-//	epoll pump                            4.72 s
-//	goroutine per pipe                    3.33 s
-//	epoll pump, pausing (this package)    1.75 s
-//	goroutine per pipe, pausing           4.33 s
+//	epoll pump                     4.72 s
+//	goroutine per pipe             3.33 s
+//	epoll pump, pausing            1.75 s
+//	goroutine per pipe, pausing    4.33 s
 //
-// Throughput does not decide: in every variant the --log-dir path was 1.05
-// to 1.66 times as fast as the writer writing its own file (a write to a
-// pipe costs the writer less than one to a file, and the pump writes on the
-// other core), with more spread between runs than between variants. The
-// goroutine variant was measured in this package's history, behind the
-// build tag goroutinepump, and left out after.
+// With the buffer at 1 MiB, as now, the pausing epoll pump took 0.94 and
+// 1.06 s in two runs, the pausing goroutines 3.33 and 4.25 s. Throughput
+// does not decide: in every variant the --log-dir path was 1.0 to 1.66
+// times as fast as the writer writing its own file (a write to a pipe costs
+// the writer less than one to a file, and the pump writes on the other
+// core), with more spread between runs than between variants. The goroutine
+// variant was measured in this package's history, behind the build tag
+// goroutinepump, and left out after.
 //
 // Lines are kept whole: the pump writes to a file only up to the last newline
 // it has read, so a rotation, which happens between two writes, never splits
 // a line, and every line lands in exactly one file. A line longer than the
-// pump's buffer (64 KiB) is written in pieces as it comes. A write that fails
+// pump's buffer (1 MiB) is written in pieces as it comes. A write that fails
 // (a full disk) drops what it was given, whole, is logged once, and the next
 // write tries again.
 //

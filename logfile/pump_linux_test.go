@@ -276,9 +276,14 @@ func TestLastLineWithoutNewlineIsWrittenAtClose(t *testing.T) {
 	}
 }
 
+// A line longer than the buffer is written in pieces, all of it; in a file
+// large enough for the whole line, so that no rotation comes between them.
 func TestLineLongerThanTheBufferIsWrittenWhole(t *testing.T) {
 	dir := t.TempDir()
-	p := newPump(t, dir)
+	p, err := NewPump(Rotation{Dir: dir, MaxSizeMiB: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
 	out, err := p.Add("executor")
 	if err != nil {
 		t.Fatal(err)

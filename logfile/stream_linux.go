@@ -10,9 +10,12 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// bufferSize is how much of a task's output the pump holds while it waits
-// for the end of a line: the default capacity of a Linux pipe.
-const bufferSize = 64 << 10
+// bufferSize is how much of a task's output the pump reads at once, and
+// holds while it waits for the end of a line: all that a pipe of pipeSize
+// holds, so that a task that writes in large blocks is copied in as few
+// reads and writes as it made. Its pages are touched only as far as the
+// largest read has reached.
+const bufferSize = pipeSize
 
 // stream is one task's pipe and log file, and the unfinished line between
 // them.
