@@ -53,8 +53,8 @@ func TestShortRunMeasuresEveryInitInEveryWorkload(t *testing.T) {
 			t.Errorf("nodeinit's CPU with %s: %v, want one time", m.name, s)
 		}
 	}
-	if res.logs.bad || len(res.logs.checks) != 1 {
-		t.Errorf("the --log-dir run's lines: %v", res.logs.checks)
+	if len(res.logs.wrong) != 0 || len(res.logs.files) != 1 {
+		t.Errorf("the --log-dir run's lines: %v", res.logs.wrong)
 	}
 	res.write(testWriter{t})
 }

@@ -67,7 +67,7 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 	}
 	h.bin = bin
 	b := &bench{cfg: cfg, h: h, inits: inits, samples: map[string]map[string][]float64{}, notes: map[string]string{}, started: time.Now(), load: loadAverage(),
-		nodeinit: nodeinit, logs: &logResults{bytes: cfg.logBytes / logLine * logLine, batch: cfg.logBatch}}
+		nodeinit: nodeinit, logs: &logResults{bytes: cfg.logBytes, batch: cfg.logBatch}}
 
 	type step struct {
 		name string
