@@ -169,6 +169,11 @@ func (p *Pump) Start() {
 // leaves the copying goroutine, and the descriptors it may still use, to
 // the process's exit. Otherwise it returns the first error from closing the
 // files. Close is not safe to call concurrently with Add or Start.
+//
+// What the bound cannot shorten is the kernel's own wait: a write blocked
+// killably (a hard NFS mount, a FUSE server, dirty-page throttling) ends
+// when the process exits, but one in uninterruptible sleep (a file system
+// frozen with fsfreeze) keeps the exiting process until it returns.
 func (p *Pump) Close(bound time.Duration) error {
 	if p.closed {
 		return p.closeErr
