@@ -10,10 +10,10 @@ import (
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
-// ErrUnsafeDir is the error, wrapped, for a log dir that nodeinit refuses
-// to write in: one that someone other than its owner can write to, or that
-// an ordinary user owns.
-var ErrUnsafeDir = errors.New("unsafe log dir")
+// errUnsafeDir starts the error for a log dir that nodeinit refuses to
+// write in: one that someone other than its owner can write to, or that an
+// ordinary user owns.
+var errUnsafeDir = errors.New("unsafe log dir")
 
 // logDir is the log directory, held open: every file in it is opened,
 // renamed and removed relative to this descriptor, so that once the
@@ -69,13 +69,13 @@ func checkDir(path string, st *unix.Stat_t, euid int) error {
 	switch {
 	case st.Uid != 0 && int(st.Uid) != euid:
 		return fmt.Errorf("%w %s: owned by uid %d, but it must be owned by root or by nodeinit's own uid %d (chown it, or choose another --log-dir)",
-			ErrUnsafeDir, path, st.Uid, euid)
+			errUnsafeDir, path, st.Uid, euid)
 	case mode&0o002 != 0:
 		return fmt.Errorf("%w %s: mode %04o lets every user write to it (sticky bit or not), but only its owner may (chmod go-w it)",
-			ErrUnsafeDir, path, mode)
+			errUnsafeDir, path, mode)
 	case mode&0o020 != 0:
 		return fmt.Errorf("%w %s: mode %04o lets its group (gid %d) write to it, but only its owner may (chmod g-w it)",
-			ErrUnsafeDir, path, mode, st.Gid)
+			errUnsafeDir, path, mode, st.Gid)
 	}
 	return nil
 }

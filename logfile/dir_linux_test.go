@@ -48,7 +48,7 @@ func TestWritableByOthersLogDirIsRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, err := unsafeDir(t, tc.mode, -1)
-			if !errors.Is(err, ErrUnsafeDir) || !strings.Contains(err.Error(), dir+": "+tc.want) {
+			if !errors.Is(err, errUnsafeDir) || !strings.Contains(err.Error(), dir+": "+tc.want) {
 				t.Fatalf("NewPump(%s) = %v, want %q", dir, err, tc.want)
 			}
 			if strings.Contains(err.Error(), "\n") {
@@ -64,7 +64,7 @@ func TestWritableByOthersLogDirIsRefused(t *testing.T) {
 func TestLogDirOwnedByAnotherUserIsRefused(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir, err := unsafeDir(t, 0o755, 65534)
-	if !errors.Is(err, ErrUnsafeDir) || !strings.Contains(err.Error(), dir+": owned by uid 65534, but it must be owned by root or by nodeinit's own uid 0") {
+	if !errors.Is(err, errUnsafeDir) || !strings.Contains(err.Error(), dir+": owned by uid 65534, but it must be owned by root or by nodeinit's own uid 0") {
 		t.Fatalf("NewPump(%s) owned by 65534 = %v, want a refusal naming the owner", dir, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -53,7 +54,7 @@ type rotatingFile struct {
 // it is already at its maximum size, and expires old backups.
 func openFile(dir *logDir, name string, rot Rotation) (*rotatingFile, error) {
 	f := &rotatingFile{
-		dir: dir, name: name, max: int64(rot.MaxSizeMiB) << 20, maxBackups: rot.MaxBackups,
+		dir: dir, name: name, max: maxBytes(rot.MaxSizeMiB), maxBackups: rot.MaxBackups,
 		maxAge: time.Duration(rot.MaxAgeDays) * 24 * time.Hour, fd: -1, perm: newFilePerm, now: time.Now,
 	}
 	if err := f.open(); err != nil {
@@ -68,6 +69,15 @@ func openFile(dir *logDir, name string, rot Rotation) (*rotatingFile, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// maxBytes is a size of mib MiB in bytes, at most the largest int64: the
+// configuration allows up to 8 EiB, one byte more.
+func maxBytes(mib int) int64 {
+	if mib >= 1<<43 {
+		return math.MaxInt64
+	}
+	return int64(mib) << 20
 }
 
 // base is the name of the current file in the directory.

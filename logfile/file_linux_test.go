@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -317,6 +318,16 @@ func TestFullLogFileIsRotatedAtOpen(t *testing.T) {
 	}
 	if !bytes.Equal(content(t, filepath.Join(dir, "executor.log")), chunk(0)) {
 		t.Error("executor.log does not hold just the new chunk")
+	}
+}
+
+// The configuration allows a maximum size of 8 EiB, which in bytes is one
+// more than an int64 holds.
+func TestLargestMaximumSizeDoesNotOverflow(t *testing.T) {
+	for mib, want := range map[int]int64{1: 1 << 20, 10: 10 << 20, 1<<43 - 1: (1<<43 - 1) << 20, 1 << 43: math.MaxInt64} {
+		if got := maxBytes(mib); got != want {
+			t.Errorf("maxBytes(%d) = %d, want %d", mib, got, want)
+		}
 	}
 }
 

@@ -15,7 +15,8 @@ import (
 )
 
 // Coalescing. A task that logs line by line, as klog does, makes a write(2)
-// per line; a pump that woke for each would spend more CPU than the task.
+// per line; a pump that woke for each would spend about half as much CPU
+// as the task.
 // So after a round that read less than coalesceBelow from every pipe, the
 // pump waits coalesceFor before it looks again, and then takes all that
 // came meanwhile in one read. While it waits nothing sleeps on the pipes,
@@ -51,9 +52,9 @@ type Pump struct {
 }
 
 // NewPump creates rot.Dir if it is missing, checks that no one but its owner
-// can write to it (an error wrapping ErrUnsafeDir says which rule it
-// breaks), holds it open and prepares a pump that writes there. An error
-// names the directory.
+// can write to it (the error for an unsafe one says which rule it breaks,
+// on one line), holds it open and prepares a pump that writes there. An
+// error names the directory.
 func NewPump(rot Rotation) (*Pump, error) {
 	if err := rot.validate(); err != nil {
 		return nil, err
@@ -167,7 +168,7 @@ func (p *Pump) Start() {
 // and nodeinit must exit all the same. It then returns an error that says
 // which write has not returned and what is therefore not in the files, and
 // leaves the copying goroutine, and the descriptors it may still use, to
-// the process's exit. Otherwise it returns the first error from closing the
+// the process's exit. Otherwise it returns the errors from closing the
 // files. Close is not safe to call concurrently with Add or Start.
 //
 // What the bound cannot shorten is the kernel's own wait: a write blocked

@@ -20,19 +20,21 @@ const bufferSize = pipeSize
 // stream is one task's pipe and log file, and the unfinished line between
 // them.
 type stream struct {
-	name     string
-	file     *rotatingFile
-	rfd      int      // read end, non-blocking, close-on-exec
-	lastRead int      // bytes the last read took
-	lastFull bool     // and they filled the room in buf
-	reads    int      // reads that took output: what coalescing saves
-	coalesce bool     // the pipe holds pipeSize: reads may wait for more
-	w        *os.File // write end, blocking, handed to every process of the task
-	eof      bool
+	name string
+	file *rotatingFile
+	rfd  int      // read end, non-blocking, close-on-exec
+	w    *os.File // write end, blocking, handed to every process of the task
+	eof  bool
 
 	buf     []byte
 	n       int  // bytes of buf that hold a line not yet ended
 	failing bool // the last write failed (logged once)
+
+	// Coalescing (see coalesceFor).
+	coalesce bool // the pipe holds pipeSize: reads may wait for more
+	lastRead int  // bytes the last read took
+	lastFull bool // and they filled the room in buf
+	reads    int  // reads that took output: what coalescing saves
 
 	// A call into the file that has not returned: when it began (Unix
 	// nanoseconds; 0 when there is none) and how many bytes it writes (0:
