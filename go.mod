@@ -8,7 +8,6 @@ require (
 	github.com/sirupsen/logrus v1.9.3
 	github.com/spf13/pflag v1.1.0
 	golang.org/x/sys v0.50.0
-	gopkg.in/natefinch/lumberjack.v2 v2.2.1
 	k8s.io/api v0.35.10
 	k8s.io/klog/v2 v2.140.0
 	sigs.k8s.io/yaml v1.6.0

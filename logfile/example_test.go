@@ -3,6 +3,7 @@ package logfile_test
 import (
 	"log"
 	"os/exec"
+	"time"
 
 	"github.com/nodeinit/nodeinit/logfile"
 )
@@ -12,7 +13,7 @@ import (
 func Example() {
 	pump, err := logfile.NewPump(logfile.Rotation{Dir: "/var/log/nodeinit", MaxSizeMiB: 10, MaxBackups: 5, MaxAgeDays: 7})
 	if err != nil {
-		log.Fatal(err) // names the directory
+		log.Fatal(err) // names the directory, and the rule an unsafe one breaks
 	}
 	executorOut, err := pump.Add("executor")
 	if err != nil {
@@ -30,7 +31,7 @@ func Example() {
 	proxy.Stdout, proxy.Stderr = proxyOut, proxyOut // and for every respawn
 	// ... start, supervise, reap ...
 
-	if err := pump.Close(); err != nil { // after the last child has exited
+	if err := pump.Close(2 * time.Second); err != nil { // after the last child has exited; bounded
 		log.Print(err)
 	}
 }

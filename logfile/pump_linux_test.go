@@ -27,7 +27,8 @@ func TestMain(m *testing.M) {
 
 // helper "lines PREFIX FIRST COUNT" writes numbered lines to stdout through
 // a buffer of an odd size, so that most write calls end inside a line, then
-// one line to stderr. "partial TEXT _ _" writes TEXT as it is, "long N _ _"
+// one line to stderr; "perline PREFIX FIRST COUNT" writes each line with a
+// write of its own, as klog does. "partial TEXT _ _" writes TEXT as it is, "long N _ _"
 // writes longText(N).
 func helper(mode string, args []string) int {
 	switch mode {
@@ -42,6 +43,15 @@ func helper(mode string, args []string) int {
 			return 1
 		}
 		fmt.Fprintf(os.Stderr, "%s stderr after %d\n", args[0], first+count-1)
+		return 0
+	case "perline":
+		first, _ := strconv.Atoi(args[1])
+		count, _ := strconv.Atoi(args[2])
+		for i := first; i < first+count; i++ {
+			if _, err := os.Stdout.WriteString(line(args[0], i) + "\n"); err != nil {
+				return 1
+			}
+		}
 		return 0
 	case "partial":
 		os.Stdout.WriteString(args[0])
@@ -70,6 +80,9 @@ func runHelper(t *testing.T, out *os.File, mode string, args ...string) {
 		t.Errorf("helper %s %.60q: %v", mode, args, err)
 	}
 }
+
+// closeBound is the tests' bound on Close: far above what a drain takes.
+const closeBound = 10 * time.Second
 
 func newPump(t *testing.T, dir string) *Pump {
 	t.Helper()
@@ -149,12 +162,48 @@ func TestEveryLineArrivesOnceAcrossRotations(t *testing.T) {
 	p.Start()
 	const n = 60000 // ~4 MiB
 	runHelper(t, out, "lines", "executor", "0", strconv.Itoa(n))
-	if err := p.Close(); err != nil {
+	if err := p.Close(closeBound); err != nil {
 		t.Fatal(err)
 	}
 	if backups := checkLines(t, dir, "executor", expected("executor", 0, n)); backups < 3 {
 		t.Errorf("%d rotations, want at least 3", backups)
 	}
+}
+
+// A task that writes line by line is read many lines at a time: the pump
+// does not wake for every line. A read that takes less than coalesceBelow
+// is followed by a pause of coalesceFor, so there are at most as many such
+// reads as milliseconds, and the others take coalesceBelow each.
+func TestLinesWrittenOneByOneAreReadTogether(t *testing.T) {
+	dir := t.TempDir()
+	p := newPump(t, dir)
+	out, err := p.Add("executor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.order[0].coalesce {
+		t.Fatal("the pipe was not enlarged: reads cannot wait for more")
+	}
+	p.Start()
+	const n = 20000
+	start := time.Now()
+	runHelper(t, out, "perline", "executor", "0", strconv.Itoa(n))
+	if err := p.Close(closeBound); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	var want []string
+	size := 0
+	for i := range n {
+		want = append(want, line("executor", i))
+		size += len(want[i]) + 1
+	}
+	checkLines(t, dir, "executor", want)
+	reads, most := p.order[0].reads, int(took/coalesceFor)+size/coalesceBelow+10
+	if reads > most {
+		t.Errorf("%d lines written one by one in %s took %d reads, want at most %d", n, took, reads, most)
+	}
+	t.Logf("%d lines written one by one in %s took %d reads", n, took, reads)
 }
 
 func TestTwoTasksWriteAtOnce(t *testing.T) {
@@ -175,7 +224,7 @@ func TestTwoTasksWriteAtOnce(t *testing.T) {
 		wg.Go(func() { runHelper(t, out, "lines", name, "0", strconv.Itoa(n)) })
 	}
 	wg.Wait()
-	if err := p.Close(); err != nil {
+	if err := p.Close(closeBound); err != nil {
 		t.Fatal(err)
 	}
 	for name := range outs {
@@ -196,7 +245,7 @@ func TestRespawnedTaskWritesOnInTheSameFile(t *testing.T) {
 	const n = 15000
 	runHelper(t, out, "lines", "proxy", "0", strconv.Itoa(n))
 	runHelper(t, out, "lines", "proxy", strconv.Itoa(n), strconv.Itoa(n))
-	if err := p.Close(); err != nil {
+	if err := p.Close(closeBound); err != nil {
 		t.Fatal(err)
 	}
 	want := append(expected("proxy", 0, n), expected("proxy", n, n)...)
@@ -215,7 +264,7 @@ func TestLastLineWithoutNewlineIsWrittenAtClose(t *testing.T) {
 	p.Start()
 	runHelper(t, out, "partial", "first line\nno newline at the end", "_", "_")
 	// The unfinished line stays in the pump until Close.
-	if err := p.Close(); err != nil {
+	if err := p.Close(closeBound); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "executor.log"))
@@ -227,9 +276,14 @@ func TestLastLineWithoutNewlineIsWrittenAtClose(t *testing.T) {
 	}
 }
 
+// A line longer than the buffer is written in pieces, all of it; in a file
+// large enough for the whole line, so that no rotation comes between them.
 func TestLineLongerThanTheBufferIsWrittenWhole(t *testing.T) {
 	dir := t.TempDir()
-	p := newPump(t, dir)
+	p, err := NewPump(Rotation{Dir: dir, MaxSizeMiB: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
 	out, err := p.Add("executor")
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +291,7 @@ func TestLineLongerThanTheBufferIsWrittenWhole(t *testing.T) {
 	p.Start()
 	n := 3*bufferSize + 17
 	runHelper(t, out, "long", strconv.Itoa(n), "_", "_")
-	if err := p.Close(); err != nil {
+	if err := p.Close(closeBound); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "executor.log"))
@@ -268,7 +322,7 @@ func TestCloseDoesNotWaitForALingeringWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := make(chan error, 1)
-	go func() { closed <- p.Close() }()
+	go func() { closed <- p.Close(closeBound) }()
 	select {
 	case err := <-closed:
 		if err != nil {
@@ -296,7 +350,7 @@ func TestExistingLogIsAppendedTo(t *testing.T) {
 	}
 	p.Start()
 	runHelper(t, out, "partial", "from this run\n", "_", "_")
-	if err := p.Close(); err != nil {
+	if err := p.Close(closeBound); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(path)
@@ -325,7 +379,7 @@ func TestLogFileThatCannotBeOpenedIsAnErrorNamingIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newPump(t, dir)
-	defer p.Close()
+	defer p.Close(closeBound)
 	_, err := p.Add("proxy")
 	if want := filepath.Join(dir, "proxy.log"); err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Add(proxy) = %v, want an error naming %s", err, want)
@@ -352,7 +406,7 @@ func TestRotationIsValidated(t *testing.T) {
 
 func TestAddIsRefusedAfterStartAndForADuplicateName(t *testing.T) {
 	p := newPump(t, t.TempDir())
-	defer p.Close()
+	defer p.Close(closeBound)
 	if _, err := p.Add("executor"); err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +424,7 @@ func TestAddIsRefusedAfterStartAndForADuplicateName(t *testing.T) {
 
 func TestPipeEndsAreNotInherited(t *testing.T) {
 	p := newPump(t, t.TempDir())
-	defer p.Close()
+	defer p.Close(closeBound)
 	out, err := p.Add("executor")
 	if err != nil {
 		t.Fatal(err)
@@ -386,17 +440,5 @@ func TestPipeEndsAreNotInherited(t *testing.T) {
 	}
 	if fl, _ := unix.FcntlInt(out.Fd(), unix.F_GETFL, 0); fl&unix.O_NONBLOCK != 0 {
 		t.Error("the write end is non-blocking: a task would see EAGAIN on a full pipe")
-	}
-}
-
-// lumberjack names a backup after the millisecond of its rotation; a second
-// rotation in the same millisecond would rename over the first backup.
-func TestRotationWaitsForANewBackupName(t *testing.T) {
-	for range 50 {
-		last := time.Now()
-		distinctBackupName(last)
-		if now := time.Now(); !now.Truncate(time.Millisecond).After(last.Truncate(time.Millisecond)) {
-			t.Fatalf("returned at %v, in the millisecond of the last rotation %v", now, last)
-		}
 	}
 }

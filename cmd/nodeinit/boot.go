@@ -192,7 +192,8 @@ func tasks(cfg *config.Config, ct node.Container) (sc supervisor.Config, closeLo
 	klog.InfoS("Children's output goes to rotated log files", "dir", cfg.Logging.Dir, "maxSizeMiB", cfg.Logging.MaxSize,
 		"maxBackups", cfg.Logging.MaxBackups, "maxAgeDays", cfg.Logging.MaxAge)
 	return sc, func() {
-		if err := pump.Close(); err != nil {
+		// Bounded: a write to a hung log volume must not hold the exit.
+		if err := pump.Close(2 * time.Second); err != nil {
 			klog.ErrorS(err, "Cannot close the log files")
 		}
 	}, 0

@@ -111,3 +111,116 @@ func SendmsgN(fd int, p, oob []byte, to unix.Sockaddr, flags int) (int, error) {
 	}
 	return n, nil
 }
+
+// Open is open(2) with O_CLOEXEC added: a descriptor nodeinit opens is its
+// own, never a child's.
+func Open(path string, flags int, mode uint32) (int, error) {
+	fd, err := retry2(func() (int, error) { return unix.Open(path, flags|unix.O_CLOEXEC, mode) })
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return fd, nil
+}
+
+// Openat is openat(2) with O_CLOEXEC added; name is relative to the
+// directory dirfd.
+func Openat(dirfd int, name string, flags int, mode uint32) (int, error) {
+	fd, err := retry2(func() (int, error) { return unix.Openat(dirfd, name, flags|unix.O_CLOEXEC, mode) })
+	if err != nil {
+		return -1, &os.PathError{Op: "openat", Path: name, Err: err}
+	}
+	return fd, nil
+}
+
+// Renameat2 is renameat2(2) within one directory: old and new are names in
+// dirfd. flags is 0 or RENAME_NOREPLACE; a file system that does not know
+// the flag fails with EINVAL.
+func Renameat2(dirfd int, old, new string, flags uint) error {
+	if err := retry(func() error { return unix.Renameat2(dirfd, old, dirfd, new, flags) }); err != nil {
+		return &os.LinkError{Op: "renameat2", Old: old, New: new, Err: err}
+	}
+	return nil
+}
+
+// Unlinkat is unlinkat(2): it removes the entry name of dirfd (a symbolic
+// link itself, never what it points to).
+func Unlinkat(dirfd int, name string, flags int) error {
+	if err := retry(func() error { return unix.Unlinkat(dirfd, name, flags) }); err != nil {
+		return &os.PathError{Op: "unlinkat", Path: name, Err: err}
+	}
+	return nil
+}
+
+// Fstat is fstat(2).
+func Fstat(fd int, st *unix.Stat_t) error {
+	if err := retry(func() error { return unix.Fstat(fd, st) }); err != nil {
+		return os.NewSyscallError("fstat", err)
+	}
+	return nil
+}
+
+// Fstatat is fstatat(2); with AT_SYMLINK_NOFOLLOW it describes a symbolic
+// link itself.
+func Fstatat(dirfd int, name string, st *unix.Stat_t, flags int) error {
+	if err := retry(func() error { return unix.Fstatat(dirfd, name, st, flags) }); err != nil {
+		return &os.PathError{Op: "fstatat", Path: name, Err: err}
+	}
+	return nil
+}
+
+// Ftruncate is ftruncate(2).
+func Ftruncate(fd int, size int64) error {
+	if err := retry(func() error { return unix.Ftruncate(fd, size) }); err != nil {
+		return os.NewSyscallError("ftruncate", err)
+	}
+	return nil
+}
+
+// SetNonblock sets or clears O_NONBLOCK on fd.
+func SetNonblock(fd int, nonblocking bool) error {
+	if err := retry(func() error { return unix.SetNonblock(fd, nonblocking) }); err != nil {
+		return os.NewSyscallError("fcntl", err)
+	}
+	return nil
+}
+
+// Pipe2 is pipe2(2) with O_CLOEXEC added: fds[0] is the read end.
+func Pipe2(fds *[2]int, flags int) error {
+	if err := retry(func() error { return unix.Pipe2(fds[:], flags|unix.O_CLOEXEC) }); err != nil {
+		return os.NewSyscallError("pipe2", err)
+	}
+	return nil
+}
+
+// ReadDirNames returns the names in the directory open as dirfd, read with
+// getdents(2) through a descriptor of its own (so that the offset of dirfd,
+// which others may share, never moves), without "." and "..".
+func ReadDirNames(dirfd int) ([]string, error) {
+	fd, err := Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var names []string
+	buf := make([]byte, 8<<10)
+	for {
+		n, err := retry2(func() (int, error) { return unix.Getdents(fd, buf) })
+		if err != nil {
+			return nil, os.NewSyscallError("getdents64", err)
+		}
+		if n == 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+}
+
+// SetPipeSize asks for a pipe's capacity with fcntl(F_SETPIPE_SZ) and
+// returns the capacity the kernel gave, at least size.
+func SetPipeSize(fd, size int) (int, error) {
+	n, err := retry2(func() (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, size) })
+	if err != nil {
+		return 0, os.NewSyscallError("fcntl F_SETPIPE_SZ", err)
+	}
+	return n, nil
+}

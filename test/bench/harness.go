@@ -20,6 +20,9 @@ type bench struct {
 	notes   map[string]string
 	started time.Time
 	load    string // load average when the measurement began
+	// nodeinit is the binary measured; logs what the log workload found.
+	nodeinit string
+	logs     *logResults
 }
 
 func (b *bench) add(workload string, c *contender, v float64) {
@@ -63,14 +66,15 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 		return nil, err
 	}
 	h.bin = bin
-	b := &bench{cfg: cfg, h: h, inits: inits, samples: map[string]map[string][]float64{}, notes: map[string]string{}, started: time.Now(), load: loadAverage()}
+	b := &bench{cfg: cfg, h: h, inits: inits, samples: map[string]map[string][]float64{}, notes: map[string]string{}, started: time.Now(), load: loadAverage(),
+		nodeinit: nodeinit, logs: &logResults{bytes: cfg.logBytes, batch: cfg.logBatch}}
 
 	type step struct {
 		name string
 		run  func(*contender) error
 	}
 	steps := []step{{"start-to-exit", b.startToExit}, {"reaping", b.reaping}, {"signal", b.signalLatency}, {"shutdown", b.shutdown}}
-	known := []string{"start-to-exit", "reaping", "signal", "shutdown", "idle", "size"}
+	known := []string{"start-to-exit", "reaping", "signal", "shutdown", "idle", "size", "logs"}
 	for _, s := range cfg.steps {
 		if !slices.Contains(known, s) {
 			return nil, fmt.Errorf("unknown workload %q: want one of %v", s, known)
@@ -100,6 +104,15 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 			return nil, fmt.Errorf("idle round %d: %w", round+1, err)
 		}
 	}
+	for round := range cfg.logRuns {
+		if !want("logs") {
+			break
+		}
+		fmt.Fprintf(progress, "logs %d/%d: %d MiB through each of %d rows\n", round+1, cfg.logRuns, cfg.logBytes>>20, len(logModes))
+		if err := b.logThroughput(round); err != nil {
+			return nil, fmt.Errorf("log round %d: %w", round+1, err)
+		}
+	}
 	for _, c := range inits {
 		if !want("size") {
 			break
@@ -108,7 +121,7 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 			return nil, err
 		}
 	}
-	return &results{cfg: cfg, inits: inits, samples: b.samples, notes: b.notes, took: time.Since(b.started),
+	return &results{cfg: cfg, inits: inits, samples: b.samples, notes: b.notes, logs: b.logs, took: time.Since(b.started),
 		load: b.load + " at the start, " + loadAverage() + " at the end"}, nil
 }
 

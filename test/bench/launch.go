@@ -20,13 +20,14 @@ import (
 // helpers are the harness's own programs, built into a temporary directory,
 // and the resolved paths of the inits.
 type helpers struct {
-	dir      string
-	pid1     string
-	orphans  string
-	sigstamp string
-	sleeper  string
-	bin      map[string]string
-	seq      atomic.Int64
+	dir       string
+	pid1      string
+	orphans   string
+	sigstamp  string
+	sleeper   string
+	logwriter string
+	bin       map[string]string
+	seq       atomic.Int64
 }
 
 // buildHelpers compiles the helper programs next to this package into dir.
@@ -35,7 +36,7 @@ func buildHelpers(dir string) (*helpers, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := []string{"pid1", "orphans", "sigstamp", "sleeper", "gominimal", "gobare"}
+	names := []string{"pid1", "orphans", "sigstamp", "sleeper", "gominimal", "gobare", "logwriter"}
 	args := []string{"build", "-trimpath", "-ldflags=-s -w", "-o", dir + "/"}
 	for _, n := range names {
 		args = append(args, "./test/bench/"+n)
@@ -47,11 +48,12 @@ func buildHelpers(dir string) (*helpers, error) {
 		return nil, fmt.Errorf("build the helper programs: %w\n%s", err, out)
 	}
 	return &helpers{
-		dir:      dir,
-		pid1:     filepath.Join(dir, "pid1"),
-		orphans:  filepath.Join(dir, "orphans"),
-		sigstamp: filepath.Join(dir, "sigstamp"),
-		sleeper:  filepath.Join(dir, "sleeper"),
+		dir:       dir,
+		pid1:      filepath.Join(dir, "pid1"),
+		orphans:   filepath.Join(dir, "orphans"),
+		sigstamp:  filepath.Join(dir, "sigstamp"),
+		sleeper:   filepath.Join(dir, "sleeper"),
+		logwriter: filepath.Join(dir, "logwriter"),
 	}, nil
 }
 

@@ -24,9 +24,12 @@ func main() {
 	flag.StringVar(&cfg.nodeinit, "nodeinit", "bin/nodeinit", "the nodeinit binary to measure")
 	short := flag.Bool("short", false, "a few rounds and a short idle window: checks that everything runs, not the targets")
 	only := flag.String("only", "", "comma-separated inits to measure (default: all)")
-	steps := flag.String("workloads", "", "comma-separated workloads to run: start-to-exit, reaping, signal, shutdown, idle, size (default: all)")
+	steps := flag.String("workloads", "", "comma-separated workloads to run: start-to-exit, reaping, signal, shutdown, idle, size, logs (default: all)")
 	flag.IntVar(&cfg.rounds, "rounds", 0, "rounds (default: 10, or 2 with -short)")
 	flag.DurationVar(&cfg.idle, "idle", 0, "idle window per idle round (default: 60s, or 2s with -short)")
+	flag.Int64Var(&cfg.logBytes, "log-bytes", 0, "bytes each row of the log workload writes (default: 1 GiB, or 64 MiB with -short)")
+	flag.IntVar(&cfg.logBatch, "log-batch", 1, "lines per write(2) of the log workload's writer")
+	flag.IntVar(&cfg.logRuns, "log-runs", 0, "runs of each row of the log workload (default: 3, or 1 with -short)")
 	flag.Parse()
 	if *short {
 		cfg = shortConfig(cfg)
@@ -58,6 +61,9 @@ type config struct {
 	idleRounds int           // idle windows
 	idle       time.Duration // length of one idle window
 	settle     time.Duration // wait after start-up before an idle window
+	logRuns    int           // runs of each row of the log workload
+	logBytes   int64         // bytes each of them writes
+	logBatch   int           // lines per write(2) of the log writer
 }
 
 // fullConfig is what make bench runs: enough samples for a stable median
@@ -76,6 +82,12 @@ func shortConfig(c config) config {
 		c.idle = 2 * time.Second
 	}
 	c.starts, c.orphans, c.signals, c.shutdowns, c.idleRounds, c.settle = 5, 200, 10, 2, 1, 200*time.Millisecond
+	if c.logBytes == 0 {
+		c.logBytes = 64 << 20
+	}
+	if c.logRuns == 0 {
+		c.logRuns = 1
+	}
 	return c
 }
 
@@ -85,6 +97,15 @@ func (c config) withDefaults() config {
 	}
 	if c.idle == 0 {
 		c.idle = 60 * time.Second
+	}
+	if c.logBytes == 0 {
+		c.logBytes = 1 << 30
+	}
+	if c.logRuns == 0 {
+		c.logRuns = 3
+	}
+	if c.logBatch == 0 {
+		c.logBatch = 1
 	}
 	return c
 }

@@ -19,6 +19,7 @@ type results struct {
 	inits   []*contender
 	samples map[string]map[string][]float64
 	notes   map[string]string
+	logs    *logResults
 	took    time.Duration
 	load    string
 }
@@ -89,6 +90,7 @@ func (r *results) write(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %s | %s |\n", t.what, shown, met)
 	}
 	r.writeCalibration(w)
+	r.writeLogs(w)
 }
 
 // writeCalibration sets the start-to-exit target beside its calibration:

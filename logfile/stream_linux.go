@@ -1,0 +1,118 @@
+package logfile
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// bufferSize is how much of a task's output the pump reads at once, and
+// holds while it waits for the end of a line: all that a pipe of pipeSize
+// holds, so that a task that writes in large blocks is copied in as few
+// reads and writes as it made. Its pages are touched only as far as the
+// largest read has reached.
+const bufferSize = pipeSize
+
+// stream is one task's pipe and log file, and the unfinished line between
+// them.
+type stream struct {
+	name string
+	file *rotatingFile
+	rfd  int      // read end, non-blocking, close-on-exec
+	w    *os.File // write end, blocking, handed to every process of the task
+	eof  bool
+
+	buf     []byte
+	n       int  // bytes of buf that hold a line not yet ended
+	failing bool // the last write failed (logged once)
+
+	// Coalescing (see coalesceFor).
+	coalesce bool // the pipe holds pipeSize: reads may wait for more
+	lastRead int  // bytes the last read took
+	lastFull bool // and they filled the room in buf
+	reads    int  // reads that took output: what coalescing saves
+
+	// A call into the file that has not returned: when it began (Unix
+	// nanoseconds; 0 when there is none) and how many bytes it writes (0:
+	// it closes the file). A Close that gives up on a hung volume reads them
+	// to say what was not written.
+	busySince atomic.Int64
+	busyBytes atomic.Int64
+}
+
+func newStream(name string, file *rotatingFile) *stream {
+	return &stream{name: name, file: file, buf: make([]byte, bufferSize)}
+}
+
+// complete takes n new bytes at buf[s.n:] and writes everything up to the
+// last newline; a buffer full of one unfinished line is written as it is.
+func (s *stream) complete(n int) {
+	fresh := s.buf[s.n : s.n+n]
+	s.n += n
+	if i := bytes.LastIndexByte(fresh, '\n'); i >= 0 {
+		end := s.n - n + i + 1
+		s.write(s.buf[:end])
+		s.n = copy(s.buf, s.buf[end:s.n])
+		return
+	}
+	if s.n == len(s.buf) {
+		s.write(s.buf)
+		s.n = 0
+	}
+}
+
+// flush writes the last unfinished line, once the task can write no more.
+func (s *stream) flush() {
+	if s.n > 0 {
+		s.write(s.buf[:s.n])
+		s.n = 0
+	}
+}
+
+// write hands p to the file in one call, so a rotation comes before or
+// after it, never inside. An error drops p: the pump must go on reading, or
+// the tasks would block on their full pipes.
+func (s *stream) write(p []byte) {
+	s.busyBytes.Store(int64(len(p)))
+	s.busySince.Store(time.Now().UnixNano())
+	err := s.file.Write(p)
+	s.busySince.Store(0)
+	if err != nil {
+		if !s.failing {
+			klog.ErrorS(err, "Writing a task's output to its log file failed; output is dropped until a write succeeds", "task", s.name)
+		}
+		s.failing = true
+		return
+	}
+	if s.failing {
+		klog.InfoS("Writing a task's output to its log file works again", "task", s.name, "file", s.file.path())
+		s.failing = false
+	}
+}
+
+// closeFile closes the log file.
+func (s *stream) closeFile() error {
+	s.busyBytes.Store(0)
+	s.busySince.Store(time.Now().UnixNano())
+	defer s.busySince.Store(0)
+	return s.file.close()
+}
+
+// stuck says what a call into the file that has not returned leaves
+// unwritten, or "" when there is none.
+func (s *stream) stuck() string {
+	since, n := s.busySince.Load(), s.busyBytes.Load()
+	if since == 0 {
+		return ""
+	}
+	at := time.Unix(0, since).Format("15:04:05.000")
+	if n == 0 {
+		return fmt.Sprintf("closing %s has not returned since %s", s.file.path(), at)
+	}
+	return fmt.Sprintf("a write of %d bytes to %s has not returned since %s: it and what %s wrote after it are not in the file",
+		n, s.file.path(), at, s.name)
+}
