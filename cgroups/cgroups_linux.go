@@ -69,7 +69,6 @@ type Result struct {
 // warning and nodeinit stays where it is; Setup returns an error only for
 // invalid options or, with Require, for a cgroup it cannot find or join.
 func Setup(opts Options) (Result, error) {
-	routeLibraryLogs()
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
