@@ -137,9 +137,6 @@ func prepare(o Options, act bool) (Result, error) {
 	case target.InOwn:
 		log.Infof("%s: a Docker containerizer task, whose cgroup is its engine's: staying in %s",
 			target.Source, describe(layout, nil))
-		if own, err = ownCgroup(layout, res.Evacuated); err != nil {
-			return res, log.kubeletFailure(o, err)
-		}
 		in = func(Hierarchy) bool { return true }
 	default:
 		log.Infof("no cgroup to join (none of --cgroup-parent, %s, %s, %s names one): staying in %s",
@@ -148,6 +145,11 @@ func prepare(o Options, act bool) (Result, error) {
 	}
 	if !o.ForKubelet {
 		return res, nil
+	}
+	if target.InOwn {
+		if own, err = ownCgroup(layout, res.Evacuated); err != nil {
+			return res, log.kubeletFailure(o, err)
+		}
 	}
 	root, err := kubeletRoot(layout, "/", own, in)
 	if err != nil {

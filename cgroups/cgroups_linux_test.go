@@ -465,6 +465,11 @@ func TestSetupOfADockerContainerizerTaskStays(t *testing.T) {
 			t.Errorf("%s: log does not say it stays:\n%s", name, log)
 		}
 	}
+	// Without a cgroup root to hand over, where the task is needs no check.
+	r, log := runHelper(t, "setup", []string{EnvMesosContainerName + "=mesos-" + id, envRequire + "=true"})
+	if r.Err != "" || r.Result.KubeletRoot != "" || strings.Contains(log, "\nW") || strings.HasPrefix(log, "W") {
+		t.Errorf("without ForKubelet: result %+v, error %q; log:\n%s", r.Result, r.Err, log)
+	}
 }
 
 func TestSetupWithAMissingCgroup(t *testing.T) {
