@@ -1,12 +1,16 @@
 // Package cgroups owns nodeinit's place in the cgroup hierarchies: finding
-// the Mesos container cgroup (or the one --cgroup-parent names), moving
-// nodeinit into it on every mounted v1 hierarchy and on the v2 unified one
-// (in a leaf child where v2 requires it), and emptying the root of a private
-// v2 cgroup namespace so that a kubelet can create pod cgroups there. It
-// runs before the first child starts, so the executor and the proxy inherit
-// the result. Parsing /proc/self/cgroup and writing cgroup.procs go through
-// github.com/opencontainers/cgroups; mount points come from
-// /proc/self/mountinfo.
+// the container's cgroup (a Mesos containerizer's /<root>/<id>, the one
+// --cgroup-parent names, or, for a Docker containerizer task, the engine's
+// cgroup it was started in), moving nodeinit into it on every mounted v1
+// hierarchy where it exists and on the v2 unified one (in a leaf child where
+// v2 requires it), emptying the root of a private v2 cgroup namespace so that
+// a kubelet can create pod cgroups there, and deciding whether the kubelet
+// can take the container's cgroup as its cgroup root. It runs before the
+// first child starts, so the executor and the proxy inherit the result. Its
+// settings come defaulted and validated from config. Parsing
+// /proc/self/cgroup and writing cgroup.procs go through
+// github.com/opencontainers/cgroups, /proc/self/mountinfo through
+// github.com/moby/sys/mountinfo.
 package cgroups
 
 import (
@@ -21,78 +25,79 @@ import (
 	occgroups "github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
-)
 
-// DefaultLeaf is the leaf cgroup nodeinit uses on v2 below a cgroup that
-// enables controllers for its children (--cgroup-v2-leaf).
-const DefaultLeaf = "nodeinit"
+	"github.com/nodeinit/nodeinit/config"
+)
 
 // EvacuationCgroup is where the processes of a v2 namespace root move.
 const EvacuationCgroup = "/init"
 
-// Options are the cgroup flags of nodeinit.
+// Options are what Setup and Preview work from.
 type Options struct {
-	// Parent is --cgroup-parent: a cgroup that wins over Mesos discovery.
-	Parent string
-	// Prefix is --mesos-cgroup-prefix (default "mesos").
-	Prefix string
-	// Leaf is --cgroup-v2-leaf (default DefaultLeaf).
-	Leaf string
-	// Require is --require-cgroup: a cgroup that cannot be found or joined
-	// is an error instead of a warning.
-	Require bool
-	// Evacuate is --cgroup-v2-evacuate; nil means auto (EvacuateByDefault).
-	Evacuate *bool
+	// Cgroup holds the settings, defaulted and validated by config.
+	config.Cgroup
+	// ForKubelet says the executor is to get the container's cgroup as
+	// its --cgroup-root (executor.containPodResources, and it sets no
+	// cgroup root itself): Setup checks that the kubelet can use it, and
+	// one it cannot use is a warning, or an error with Require.
+	ForKubelet bool
 	// Getenv looks up the Mesos variables; nil means os.Getenv.
 	Getenv func(string) string
 }
 
 // Result is what Setup found and did.
 type Result struct {
-	// Cgroup is the discovered cgroup (never the v2 leaf), empty when none
-	// was named; it is set even when joining it failed (see Joined): the
-	// executor gets it as --cgroup-root.
-	Cgroup string
 	// ContainerID is the Mesos container id, empty when none: the executor
 	// gets it as MESOS_EXECUTOR_CONTAINER_UUID.
 	ContainerID string
+	// Cgroup is the cgroup nodeinit joined or tried to join (never the v2
+	// leaf); empty when it stayed where it was started.
+	Cgroup string
 	// Joined maps each hierarchy nodeinit moved in ("cpu,cpuacct",
 	// "unified", ...) to the cgroup it is in now.
 	Joined map[string]string
 	// Evacuated says the processes of the v2 namespace root moved to /init.
 	Evacuated bool
+	// KubeletRoot is the container's cgroup as the kubelet's --cgroup-root
+	// takes it, set only with ForKubelet and only where the kubelet can
+	// use it: nodeinit is in it, and it exists in every mounted hierarchy
+	// the kubelet validates (on v2, with the controllers the kubelet needs
+	// available). It is "/" where the cgroup mounts show the container's
+	// cgroup as their root (a private cgroup namespace), the kubelet's own
+	// default.
+	KubeletRoot string
 }
 
 // Setup evacuates the root of a v2 cgroup namespace when asked (or by
-// default, see EvacuateByDefault), then discovers the target cgroup and
-// moves this process into it. Without Require every failure is logged as a
-// warning and nodeinit stays where it is; Setup returns an error only for
-// invalid options or, with Require, for a cgroup it cannot find or join.
-func Setup(opts Options) (Result, error) {
-	routeLibraryLogs()
-	if opts.Getenv == nil {
-		opts.Getenv = os.Getenv
-	}
-	if opts.Prefix == "" {
-		opts.Prefix = "mesos"
-	}
-	if opts.Leaf == "" {
-		opts.Leaf = DefaultLeaf
-	}
-	if strings.Contains(opts.Leaf, "/") || opts.Leaf == "." || opts.Leaf == ".." {
-		return Result{}, fmt.Errorf("--cgroup-v2-leaf %q is not a single cgroup name", opts.Leaf)
-	}
+// default, see EvacuateByDefault), then discovers the container's cgroup,
+// moves this process into it where that is what the runtime expects, and
+// decides whether the kubelet can take it as its cgroup root. Without
+// Require every failure is logged as a warning and nodeinit carries on
+// where it is; with Require, a cgroup it cannot find, join or (with
+// ForKubelet) hand to the kubelet is an error.
+func Setup(o Options) (Result, error) { return prepare(o, true) }
 
+// Preview is Setup without its effects and without its log: what Setup
+// would find, for --write-flags. It assumes every join Setup would try
+// succeeds.
+func Preview(o Options) (Result, error) { return prepare(o, false) }
+
+func prepare(o Options, act bool) (Result, error) {
+	log := logger{quiet: !act}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
 	layout, err := ReadLayout("/")
 	if err != nil {
-		return Result{}, failure(opts.Require, err)
+		return Result{}, log.failure(o.Require, err)
 	}
 	var res Result
 	evacuate := EvacuateByDefault(os.Getpid(), layout)
-	if opts.Evacuate != nil {
-		evacuate = *opts.Evacuate
+	if o.V2Evacuate != nil {
+		evacuate = *o.V2Evacuate
 	}
-	if evacuate {
+	if evacuate && act {
 		if err := evacuateRoot(layout); err != nil {
 			klog.Warningf("cgroup v2 root evacuation: %v", err)
 		} else {
@@ -104,30 +109,118 @@ func Setup(opts Options) (Result, error) {
 		}
 	}
 
-	target, err := Discover(opts.Parent, opts.Prefix, opts.Getenv)
+	target, err := Discover(o.Parent, o.MesosPrefix, getenv)
 	if err != nil {
-		return res, failure(opts.Require, err)
+		return res, log.failure(o.Require, err)
 	}
-	res.Cgroup, res.ContainerID = target.Cgroup, target.ContainerID
-	if target.Cgroup == "" {
-		klog.Infof("no cgroup to join (neither --cgroup-parent nor %s nor %s is set): staying in %s",
-			EnvMesosDirectory, EnvMesosContainerName, describe(layout, nil))
+	res.ContainerID = target.ContainerID
+	own := target.Cgroup
+	var in func(Hierarchy) bool
+	switch {
+	case target.Cgroup != "" && act:
+		log.Infof("cgroup %s (from %s) on %s", target.Cgroup, target.Source, layout.Mode())
+		res.Cgroup = target.Cgroup
+		res.Joined, err = join(layout, target.Cgroup, o.V2Leaf)
+		if err != nil {
+			if err := log.failure(o.Require, err); err != nil {
+				return res, err
+			}
+		}
+		in = func(h Hierarchy) bool { _, ok := res.Joined[h.Name()]; return ok }
+	case target.Cgroup != "":
+		res.Cgroup = target.Cgroup
+		planned := map[string]bool{}
+		for _, s := range PlanJoin(layout, "/", target.Cgroup, o.V2Leaf) {
+			planned[s.Hierarchy.Name()] = s.Missing == ""
+		}
+		in = func(h Hierarchy) bool { return planned[h.Name()] }
+	case target.InOwn:
+		log.Infof("%s: a Docker containerizer task, whose cgroup is its engine's: staying in %s",
+			target.Source, describe(layout, nil))
+		in = func(Hierarchy) bool { return true }
+	default:
+		log.Infof("no cgroup to join (none of --cgroup-parent, %s, %s, %s names one): staying in %s",
+			EnvMesosContainerName, EnvMesosSandbox, EnvMesosDirectory, describe(layout, nil))
 		return res, nil
 	}
-	klog.Infof("cgroup %s (from %s) on %s", target.Cgroup, target.Source, layout.Mode())
-	res.Joined, err = join(layout, target.Cgroup, opts.Leaf)
+	if !o.ForKubelet {
+		return res, nil
+	}
+	if target.InOwn {
+		if own, err = ownCgroup(layout, res.Evacuated); err != nil {
+			return res, log.kubeletFailure(o, err)
+		}
+	}
+	root, err := kubeletRoot(layout, "/", own, in)
 	if err != nil {
-		return res, failure(opts.Require, err)
+		return res, log.kubeletFailure(o, err)
+	}
+	res.KubeletRoot = root
+	if root == "/" {
+		log.Infof("the container's cgroup %s is the root of the cgroup mounts, which is the kubelet's default cgroup root", own)
+	} else {
+		log.Infof("the kubelet can take cgroup %s as its cgroup root: nodeinit is in it in every hierarchy the kubelet checks (%s)",
+			root, names(Layout{Hierarchies: KubeletHierarchies(layout)}))
 	}
 	return res, nil
 }
 
+// ownCgroup is the cgroup the container runtime started this process in,
+// as the hierarchies the kubelet uses show it: "/" after the evacuation of
+// a v2 namespace root, which moved nodeinit from the root to /init.
+func ownCgroup(l Layout, evacuated bool) (string, error) {
+	if evacuated {
+		return "/", nil
+	}
+	var own string
+	var all []string
+	for _, h := range KubeletHierarchies(l) {
+		all = append(all, h.Name()+":"+h.Current)
+		if own == "" {
+			own = h.Current
+		} else if h.Current != own {
+			own = "-"
+		}
+	}
+	switch own {
+	case "":
+		return "", fmt.Errorf("no hierarchy the kubelet uses is mounted (%s)", names(l))
+	case "-":
+		return "", fmt.Errorf("the container is in different cgroups of the hierarchies the kubelet uses (%s), so none can be its cgroup root", strings.Join(all, " "))
+	}
+	return own, nil
+}
+
+// logger is Setup's log; Preview's is quiet, for --write-flags prints
+// command lines only.
+type logger struct{ quiet bool }
+
+func (l logger) Infof(format string, args ...any) {
+	if !l.quiet {
+		klog.InfofDepth(1, format, args...)
+	}
+}
+
 // failure turns err into Setup's error with Require, or into a warning.
-func failure(require bool, err error) error {
+func (l logger) failure(require bool, err error) error {
 	if require {
 		return fmt.Errorf("cgroup: %w", err)
 	}
-	klog.Warningf("cgroup: %v; carrying on in the current cgroups", err)
+	if !l.quiet {
+		klog.WarningfDepth(1, "cgroup: %v; carrying on in the current cgroups", err)
+	}
+	return nil
+}
+
+// kubeletFailure reports a cgroup the kubelet cannot take as its root: an
+// error with Require, else a warning.
+func (l logger) kubeletFailure(o Options, err error) error {
+	if o.Require {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	if !l.quiet {
+		klog.WarningfDepth(1, "%v; the executor gets no --cgroup-root", err)
+	}
 	return nil
 }
 
@@ -150,14 +243,24 @@ func join(l Layout, cgroup, leaf string) (map[string]string, error) {
 	if len(found) == 0 {
 		return nil, fmt.Errorf("cgroup %s exists in none of the mounted hierarchies (%s)", cgroup, names(l))
 	}
-	for _, s := range missing {
-		// Mesos on a hybrid host makes its cgroups in v1 only: not
-		// finding it in the unified hierarchy there is expected.
-		if s.Hierarchy.Unified && l.Mode() == Hybrid {
-			klog.Infof("%s; joining the v1 hierarchies only", s.Missing)
-		} else {
-			klog.Warningf("%s; staying in %s there", s.Missing, s.Hierarchy.Current)
+	if len(missing) > 0 {
+		// Normal for Mesos: with its default isolation (posix/cpu,
+		// posix/mem) the agent makes a container's cgroup only in the
+		// freezer and name=systemd hierarchies, and on a hybrid host never
+		// in the unified one. Whether the kubelet can use the cgroup is
+		// decided, and warned about, apart from joining it.
+		var in, stay, unreachable []string
+		for _, s := range found {
+			in = append(in, s.Hierarchy.Name())
 		}
+		for _, s := range missing {
+			stay = append(stay, s.Hierarchy.Name()+":"+s.Hierarchy.Current)
+			if !strings.HasPrefix(s.Missing, "cgroup ") {
+				unreachable = append(unreachable, "; "+s.Missing)
+			}
+		}
+		klog.Infof("cgroup %s exists only in the %s; staying in %s there%s",
+			cgroup, plural(in, "hierarchy", "hierarchies"), strings.Join(stay, " "), strings.Join(unreachable, ""))
 	}
 
 	pid := os.Getpid()

@@ -20,6 +20,7 @@ import (
 	occgroups "github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/config"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
@@ -34,6 +35,9 @@ const (
 	envEvacuate = "NODEINIT_TEST_EVACUATE"
 	envReadOnly = "NODEINIT_TEST_CGROUP2_READONLY"
 	envChildren = "NODEINIT_TEST_CHILDREN"
+	envPrefix   = "NODEINIT_TEST_MESOS_PREFIX"
+	// envForKubelet sets Options.ForKubelet.
+	envForKubelet = "NODEINIT_TEST_FOR_KUBELET"
 	// envHostCgroupNS guards the evacuation helper against running in the
 	// test's own cgroup namespace, where it would empty the host's root.
 	envHostCgroupNS = "NODEINIT_TEST_HOST_CGROUPNS"
@@ -64,12 +68,16 @@ type report struct {
 }
 
 func helperOptions() Options {
-	opts := Options{Parent: os.Getenv(envParent), Require: os.Getenv(envRequire) == "true"}
+	c := config.Default().Cgroup
+	c.Parent, c.Require = os.Getenv(envParent), os.Getenv(envRequire) == "true"
 	if v, ok := os.LookupEnv(envEvacuate); ok {
 		b := v == "true"
-		opts.Evacuate = &b
+		c.V2Evacuate = &b
 	}
-	return opts
+	if v, ok := os.LookupEnv(envPrefix); ok {
+		c.MesosPrefix = v
+	}
+	return Options{Cgroup: c, ForKubelet: os.Getenv(envForKubelet) == "true"}
 }
 
 // setupHelper calls Setup with the options of its environment and reports.
@@ -157,11 +165,21 @@ func namespaceRootHelper() int {
 	return printReport(r)
 }
 
-// runHelper runs the test binary as helper mode with env, behind the
-// command prefix wrap, and returns its report and its log (stderr).
+// runHelper runs the test binary as helper mode with env, and returns its
+// report and its log (stderr).
 func runHelper(t *testing.T, mode string, env []string) (report, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return runHelperIn(t, nil, mode, env)
+}
+
+// runHelperIn is runHelper with the helper started in the cgroups whose
+// directories are dirs, as a container runtime starts a container's first
+// process: a shell moves itself there and execs the helper.
+func runHelperIn(t *testing.T, dirs []string, mode string, env []string) (report, string) {
+	t.Helper()
+	script := `while [ "$1" != -- ]; do echo 0 > "$1/cgroup.procs" || exit 99; shift; done; shift; exec "$@"`
+	args := append(append([]string{"-c", script, "sh"}, dirs...), "--", os.Args[0], "-test.run=^$")
+	cmd := exec.Command("/bin/sh", args...)
 	cmd.Env = append(append(os.Environ(), helperEnv+"="+mode), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -297,73 +315,160 @@ func controllerLine(own map[string]string, h Hierarchy) (string, bool) {
 	return "", false
 }
 
+// A Mesos containerizer's container whose cgroup the agent made in every
+// hierarchy (cgroups isolation): nodeinit joins it everywhere, and the
+// kubelet can take it as its cgroup root.
 func TestSetupJoinsTheMesosCgroupInEveryHierarchy(t *testing.T) {
 	testenv.RequireRoot(t)
 	l := liveLayout(t)
 	id := randomID(t)
-	cgroup := "/mesos/" + id
-	for _, h := range l.Hierarchies {
-		makeCgroup(t, h, cgroup)
-	}
-	for name, env := range map[string]string{
-		"MESOS_DIRECTORY":      EnvMesosDirectory + "=/x/runs/" + id,
-		"MESOS_CONTAINER_NAME": EnvMesosContainerName + "=mesos-" + id,
+	for name, tc := range map[string]struct {
+		env    string
+		cgroup string
+	}{
+		"top-level from MESOS_DIRECTORY": {EnvMesosDirectory + "=/x/runs/" + id, "/mesos/" + id},
+		"nested from MESOS_SANDBOX":      {EnvMesosSandbox + "=/x/runs/" + id + "/containers/c-" + id, "/mesos/" + id + "/mesos/c-" + id},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r, log := runHelper(t, "setup", []string{env})
+			for _, h := range l.Hierarchies {
+				makeCgroup(t, h, tc.cgroup)
+			}
+			r, log := runHelper(t, "setup", []string{tc.env, envForKubelet + "=true"})
 			if r.Err != "" {
 				t.Fatalf("Setup: %s\nlog:\n%s", r.Err, log)
 			}
-			if r.Result.Cgroup != cgroup || r.Result.ContainerID != id {
-				t.Errorf("result cgroup %q id %q, want %q %q", r.Result.Cgroup, r.Result.ContainerID, cgroup, id)
+			if r.Result.Cgroup != tc.cgroup || r.Result.ContainerID != path.Base(tc.cgroup) || r.Result.KubeletRoot != tc.cgroup {
+				t.Errorf("result %+v, want cgroup, id and kubelet root of %s", r.Result, tc.cgroup)
 			}
 			own := cgroupLines(r.Cgroup)
 			for _, h := range l.Hierarchies {
 				got, ok := controllerLine(own, h)
-				if !ok || got != cgroup {
-					t.Errorf("hierarchy %s: helper in %q, want %s\n%s", h.Name(), got, cgroup, r.Cgroup)
+				if !ok || got != tc.cgroup {
+					t.Errorf("hierarchy %s: helper in %q, want %s\n%s", h.Name(), got, tc.cgroup, r.Cgroup)
 				}
-				if r.Result.Joined[h.Name()] != cgroup {
+				if r.Result.Joined[h.Name()] != tc.cgroup {
 					t.Errorf("result says %s joined %q", h.Name(), r.Result.Joined[h.Name()])
 				}
 			}
-			if !strings.Contains(log, "joined cgroup "+cgroup) {
-				t.Errorf("log does not tell the join:\n%s", log)
+			if !strings.Contains(log, "joined cgroup "+tc.cgroup) || !strings.Contains(log, "the kubelet can take cgroup "+tc.cgroup+" as its cgroup root") {
+				t.Errorf("log does not tell the join and the kubelet's root:\n%s", log)
+			}
+			if strings.Contains(log, "\nW") || strings.HasPrefix(log, "W") {
+				t.Errorf("warnings:\n%s", log)
 			}
 		})
 	}
 }
 
-func TestSetupWarnsNamingAHierarchyWithoutTheCgroup(t *testing.T) {
+// The Mesos agent's default isolation (posix/cpu,posix/mem) with the Linux
+// launcher makes a container's cgroup in the freezer and name=systemd
+// hierarchies only: nodeinit joins it there and stays elsewhere, and the
+// kubelet cannot take it as its cgroup root: one warning names the
+// hierarchies it lacks; with Require that is fatal.
+func TestSetupJoinsWhereTheCgroupExists(t *testing.T) {
 	testenv.RequireRoot(t)
 	l := liveLayout(t)
-	testenv.Require(t, len(l.Hierarchies) >= 2, "two cgroup hierarchies")
+	var launcher, kubelet []string
+	for _, h := range l.Hierarchies {
+		if slices.Contains(h.Controllers, "freezer") || slices.Contains(h.Controllers, "name=systemd") {
+			launcher = append(launcher, h.Name())
+		}
+	}
+	for _, h := range KubeletHierarchies(l) {
+		if !slices.Contains(launcher, h.Name()) {
+			kubelet = append(kubelet, h.Name())
+		}
+	}
+	testenv.Require(t, len(launcher) > 0 && len(kubelet) > 0, "a freezer or name=systemd hierarchy, and a hierarchy the kubelet checks")
 	id := randomID(t)
 	cgroup := "/mesos/" + id
-	skipped := l.Hierarchies[len(l.Hierarchies)/2]
 	for _, h := range l.Hierarchies {
-		if h.Name() != skipped.Name() {
+		if slices.Contains(launcher, h.Name()) {
 			makeCgroup(t, h, cgroup)
 		}
 	}
-	r, log := runHelper(t, "setup", []string{EnvMesosDirectory + "=/x/runs/" + id})
+	env := []string{EnvMesosDirectory + "=/x/runs/" + id, envForKubelet + "=true"}
+
+	r, log := runHelper(t, "setup", env)
 	if r.Err != "" {
 		t.Fatalf("Setup: %s\nlog:\n%s", r.Err, log)
-	}
-	want := fmt.Sprintf("cgroup %s does not exist in the %s hierarchy", cgroup, skipped.Name())
-	if !strings.Contains(log, want) {
-		t.Errorf("log does not say %q:\n%s", want, log)
 	}
 	own := cgroupLines(r.Cgroup)
 	for _, h := range l.Hierarchies {
 		got, _ := controllerLine(own, h)
-		if h.Name() == skipped.Name() {
-			if got != h.Current {
-				t.Errorf("hierarchy %s without the cgroup: helper moved to %q from %q", h.Name(), got, h.Current)
-			}
-		} else if got != cgroup {
-			t.Errorf("hierarchy %s: helper in %q, want %s", h.Name(), got, cgroup)
+		want := h.Current
+		if slices.Contains(launcher, h.Name()) {
+			want = cgroup
 		}
+		if got != want {
+			t.Errorf("hierarchy %s: helper in %q, want %s", h.Name(), got, want)
+		}
+	}
+	if r.Result.KubeletRoot != "" || len(r.Result.Joined) != len(launcher) {
+		t.Errorf("result %+v, want %s joined in %q and no kubelet root", r.Result, cgroup, launcher)
+	}
+	if i := fmt.Sprintf("cgroup %s exists only in the %s", cgroup, strings.Join(launcher, " ")); !strings.Contains(log, i) {
+		t.Errorf("log does not say %q:\n%s", i, log)
+	}
+	warnings := 0
+	for line := range strings.Lines(log) {
+		if strings.HasPrefix(line, "W") {
+			warnings++
+		}
+	}
+	want := fmt.Sprintf("cgroup %s cannot be the kubelet's cgroup root: it does not exist in the %s", cgroup, strings.Join(kubelet, " "))
+	if warnings != 1 || !strings.Contains(log, want) || !strings.Contains(log, "the executor gets no --cgroup-root") {
+		t.Errorf("want one warning saying %q; log:\n%s", want, log)
+	}
+
+	r, _ = runHelper(t, "setup", append(env, envRequire+"=true"))
+	if !strings.HasPrefix(r.Err, "cgroup: "+want) {
+		t.Errorf("with Require: error %q, want %q...", r.Err, "cgroup: "+want)
+	}
+	// Without a cgroup root to hand over, the partial cgroup is normal.
+	r, log = runHelper(t, "setup", env[:1])
+	if r.Err != "" || strings.Contains(log, "\nW") || strings.HasPrefix(log, "W") {
+		t.Errorf("without ForKubelet: error %q; log:\n%s", r.Err, log)
+	}
+}
+
+// A Docker containerizer task lives in the cgroup its engine made: nodeinit
+// stays there, even where a /mesos/<id> exists, and the kubelet can take
+// that cgroup as its root.
+func TestSetupOfADockerContainerizerTaskStays(t *testing.T) {
+	testenv.RequireRoot(t)
+	l := liveLayout(t)
+	id := randomID(t)
+	engine := "/docker-" + id
+	var dirs []string
+	for _, h := range l.Hierarchies {
+		dirs = append(dirs, makeCgroup(t, h, engine))
+		makeCgroup(t, h, "/mesos/"+id)
+	}
+	for _, name := range []string{"mesos-" + id, "mesos-S0.agent." + id + ".executor"} {
+		r, log := runHelperIn(t, dirs, "setup", []string{EnvMesosContainerName + "=" + name,
+			EnvMesosDirectory + "=/var/lib/mesos/slaves/S0/frameworks/F/executors/E/runs/" + id, EnvMesosSandbox + "=/mnt/mesos/sandbox",
+			envForKubelet + "=true", envRequire + "=true"})
+		if r.Err != "" {
+			t.Fatalf("%s: Setup: %s\nlog:\n%s", name, r.Err, log)
+		}
+		own := cgroupLines(r.Cgroup)
+		for _, h := range l.Hierarchies {
+			if got, _ := controllerLine(own, h); got != engine {
+				t.Errorf("%s: hierarchy %s: helper in %q, want it left in %s", name, h.Name(), got, engine)
+			}
+		}
+		if r.Result.ContainerID != id || r.Result.Cgroup != "" || len(r.Result.Joined) != 0 || r.Result.KubeletRoot != engine {
+			t.Errorf("%s: result %+v, want id %s, nothing joined, kubelet root %s", name, r.Result, id, engine)
+		}
+		if !strings.Contains(log, "a Docker containerizer task, whose cgroup is its engine's: staying in") {
+			t.Errorf("%s: log does not say it stays:\n%s", name, log)
+		}
+	}
+	// Without a cgroup root to hand over, where the task is needs no check.
+	r, log := runHelper(t, "setup", []string{EnvMesosContainerName + "=mesos-" + id, envRequire + "=true"})
+	if r.Err != "" || r.Result.KubeletRoot != "" || strings.Contains(log, "\nW") || strings.HasPrefix(log, "W") {
+		t.Errorf("without ForKubelet: result %+v, error %q; log:\n%s", r.Result, r.Err, log)
 	}
 }
 
@@ -387,8 +492,8 @@ func TestSetupWithAMissingCgroup(t *testing.T) {
 				t.Errorf("hierarchy %s: helper moved to %q from %q", h.Name(), got, h.Current)
 			}
 		}
-		if r.Result.Cgroup != "/mesos/"+id || len(r.Result.Joined) != 0 {
-			t.Errorf("result %+v, want the discovered cgroup and nothing joined", r.Result)
+		if r.Result.Cgroup != "/mesos/"+id || len(r.Result.Joined) != 0 || r.Result.KubeletRoot != "" {
+			t.Errorf("result %+v, want the discovered cgroup, nothing joined, no kubelet root", r.Result)
 		}
 	})
 	t.Run("fails with Require", func(t *testing.T) {
@@ -399,7 +504,7 @@ func TestSetupWithAMissingCgroup(t *testing.T) {
 		}
 	})
 	t.Run("no cgroup named: stays without a warning", func(t *testing.T) {
-		r, log := runHelper(t, "setup", []string{EnvMesosDirectory + "=", EnvMesosContainerName + "="})
+		r, log := runHelper(t, "setup", []string{EnvMesosDirectory + "=", EnvMesosSandbox + "=", EnvMesosContainerName + "=", envForKubelet + "=true"})
 		if r.Err != "" || r.Result.Cgroup != "" || !strings.Contains(log, "no cgroup to join") || strings.Contains(log, "\nW") || strings.HasPrefix(log, "W") {
 			t.Errorf("result %+v err %q log:\n%s", r.Result, r.Err, log)
 		}
@@ -458,7 +563,7 @@ func TestSetupUsesTheLeafBelowAV2CgroupThatEnablesControllers(t *testing.T) {
 	if r.Err != "" {
 		t.Fatalf("Setup: %s\nlog:\n%s", r.Err, log)
 	}
-	leaf := path.Join(cgroup, DefaultLeaf)
+	leaf := path.Join(cgroup, config.Default().Cgroup.V2Leaf)
 	if got := cgroupLines(r.Cgroup)[""]; got != leaf {
 		t.Errorf("helper in unified %q, want the leaf %s\n%s", got, leaf, log)
 	}
@@ -637,7 +742,7 @@ func TestSetupEvacuatesThenJoinsOnAPureV2Host(t *testing.T) {
 	id := randomID(t)
 	r, log, _ := startInV2Namespace(t, func(h Hierarchy, nsRoot string) {
 		makeCgroup(t, h, nsRoot+"/mesos/"+id)
-	}, envChildren+"=1", EnvMesosContainerName+"=mesos-"+id, envRequire+"=true")
+	}, envChildren+"=1", EnvMesosDirectory+"=/x/runs/"+id, envRequire+"=true")
 	if r.Err != "" {
 		t.Fatalf("Setup: %s\nlog:\n%s", r.Err, log)
 	}
@@ -654,5 +759,58 @@ func TestSetupEvacuatesThenJoinsOnAPureV2Host(t *testing.T) {
 		if got := cgroupLines(text)[""]; got != EvacuationCgroup {
 			t.Errorf("child %s in %q, want %s", pid, got, EvacuationCgroup)
 		}
+	}
+}
+
+// A Docker containerizer task of an engine that gives containers a private
+// cgroup namespace (the default on v2): nodeinit, PID 1 at the namespace
+// root, moves the root's processes into /init; the container's own cgroup
+// is the namespace root, which the kubelet takes as its root by default.
+func TestSetupOfADockerTaskInAPrivateV2Namespace(t *testing.T) {
+	testenv.RequireRoot(t)
+	id := randomID(t)
+	r, log, _ := startInV2Namespace(t, nil, envChildren+"=1", EnvMesosContainerName+"=mesos-"+id,
+		envForKubelet+"=true", envRequire+"=true")
+	if r.Err != "" {
+		t.Fatalf("Setup: %s\nlog:\n%s", r.Err, log)
+	}
+	if !r.Result.Evacuated || r.Result.KubeletRoot != "/" || r.Result.ContainerID != id || len(r.Result.Joined) != 0 {
+		t.Errorf("result %+v, want evacuated, nothing joined, id %s, kubelet root /", r.Result, id)
+	}
+	if got := cgroupLines(r.Cgroup)[""]; got != EvacuationCgroup {
+		t.Errorf("PID 1 in %q, want %s", got, EvacuationCgroup)
+	}
+	if !strings.Contains(log, "the container's cgroup / is the root of the cgroup mounts, which is the kubelet's default cgroup root") {
+		t.Errorf("the log does not say what the kubelet gets:\n%s", log)
+	}
+}
+
+// On v2 the kubelet needs the controllers it uses, of those the hierarchy
+// offers, available in its cgroup root: a /mesos/<id> whose parent enables
+// none for it cannot be the root when the kubelet uses one of them.
+func TestSetupOnAPureV2HostChecksTheKubeletsControllers(t *testing.T) {
+	testenv.RequireRoot(t)
+	id := randomID(t)
+	cgroup := "/mesos/" + id
+	r, log, ctrl := startInV2Namespace(t, func(h Hierarchy, nsRoot string) {
+		makeCgroup(t, h, nsRoot+cgroup)
+	}, envChildren+"=1", EnvMesosDirectory+"=/x/runs/"+id, envForKubelet+"=true")
+	if r.Err != "" {
+		t.Fatalf("Setup: %s\nlog:\n%s", r.Err, log)
+	}
+	if r.Result.Joined["unified"] != cgroup {
+		t.Errorf("result %+v, want unified joined at %s", r.Result, cgroup)
+	}
+	if !slices.Contains(kubeletV2, ctrl) {
+		// The only controller this host offers is one the kubelet does
+		// not use: nothing is lacking.
+		if r.Result.KubeletRoot != cgroup {
+			t.Errorf("kubelet root %q, want %s (the hierarchy offers only %s)\nlog:\n%s", r.Result.KubeletRoot, cgroup, ctrl, log)
+		}
+		return
+	}
+	want := "the controllers " + ctrl + " are not available in it"
+	if r.Result.KubeletRoot != "" || !strings.Contains(log, want) || !strings.Contains(log, "the executor gets no --cgroup-root") {
+		t.Errorf("kubelet root %q, want none and a warning saying %q; log:\n%s", r.Result.KubeletRoot, want, log)
 	}
 }

@@ -7,23 +7,32 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nodeinit/nodeinit/config"
 )
 
-// FuzzDiscover feeds arbitrary Mesos variables, --cgroup-parent and
-// --mesos-cgroup-prefix to Discover: it never panics, a cgroup it returns is
-// an absolute clean path without "..", an id it returns is one path element,
+// FuzzDiscover feeds arbitrary Mesos variables and the --cgroup-parent and
+// --mesos-cgroup-prefix that config accepts to Discover: it never panics, a
+// cgroup it returns is an absolute clean path without "..", below the
+// prefix and ending in the container id unless a parent names it; an id it
+// returns is one path element; a Docker containerizer task joins nothing;
 // and an error is one line.
 func FuzzDiscover(f *testing.F) {
-	f.Add("/var/lib/mesos/slaves/S1/frameworks/F/executors/E/runs/1f2e3d", "", "", "mesos")
-	f.Add("/x/runs/p1/containers/c2/containers/c3", "", "", "mesos")
-	f.Add("", "mesos-20160204-S3.7a1b", "", "mesos")
-	f.Add("/x/runs/abc", "mesos-name", "/kubepods/node/", "mesos")
-	f.Add("/x/runs/abc", "", "", "system.slice/mesos")
-	f.Add("/x/runs/..", "", "", "mesos")
-	f.Add("", "mesos-agent.", "", "mesos")
-	f.Add("///", "", "/a/../..", "")
-	f.Fuzz(func(t *testing.T, dir, name, parent, prefix string) {
-		env := map[string]string{EnvMesosDirectory: dir, EnvMesosContainerName: name}
+	f.Add("/var/lib/mesos/slaves/S1/frameworks/F/executors/E/runs/1f2e3d", "", "", "", "mesos")
+	f.Add("", "/x/runs/p1/containers/c2/containers/c3", "", "", "mesos")
+	f.Add("/x/runs/p1", "/mnt/mesos/sandbox", "mesos-20160204-S3.7a1b.executor", "", "mesos")
+	f.Add("/x/runs/abc", "", "mesos-name", "/kubepods/node/", "mesos")
+	f.Add("/x/runs/abc", "", "", "", "system.slice/mesos")
+	f.Add("/x/runs/..", "", "", "", "mesos")
+	f.Add("", "", "mesos-agent.", "", "mesos")
+	f.Add("///", "", "", "/a/../..", "")
+	f.Fuzz(func(t *testing.T, dir, sandbox, name, parent, prefix string) {
+		c := config.Default()
+		c.Cgroup.Parent, c.Cgroup.MesosPrefix = parent, prefix
+		if len(c.Validate()) > 0 {
+			return // config rejects these settings before Discover sees them
+		}
+		env := map[string]string{EnvMesosDirectory: dir, EnvMesosSandbox: sandbox, EnvMesosContainerName: name}
 		got, err := Discover(parent, prefix, func(k string) string { return env[k] })
 		if err != nil {
 			if strings.Contains(err.Error(), "\n") {
@@ -41,16 +50,22 @@ func FuzzDiscover(f *testing.F) {
 			if got.Source == "" {
 				t.Errorf("cgroup %q without a source", got.Cgroup)
 			}
+			if parent == "" && !strings.HasPrefix(got.Cgroup, "/"+strings.Trim(prefix, "/")+"/") {
+				t.Errorf("cgroup %q is not below the prefix %q", got.Cgroup, prefix)
+			}
 		}
 		if id := got.ContainerID; id != "" {
 			if strings.Contains(id, "/") || id == "." || id == ".." {
 				t.Errorf("container id %q is not one path element", id)
 			}
-			if parent == "" && !strings.HasSuffix(got.Cgroup, "/"+id) {
+			if parent == "" && !got.InOwn && !strings.HasSuffix(got.Cgroup, "/"+id) {
 				t.Errorf("cgroup %q does not end in the container id %q", got.Cgroup, id)
 			}
 		}
-		if got.Cgroup == "" && (parent != "" || got.ContainerID != "") {
+		if got.InOwn && (got.Cgroup != "" || name == "") {
+			t.Errorf("in its own cgroup with cgroup %q and container name %q", got.Cgroup, name)
+		}
+		if got.Cgroup == "" && (parent != "" || got.ContainerID != "" && !got.InOwn) {
 			t.Errorf("no cgroup for parent %q and container id %q", parent, got.ContainerID)
 		}
 	})

@@ -2,15 +2,15 @@ package cgroups
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	occgroups "github.com/opencontainers/cgroups"
-
-	"github.com/nodeinit/nodeinit/mountns"
 )
 
 // Mode is how the cgroup hierarchies of a host are mounted.
@@ -119,9 +119,14 @@ func (l Layout) Unified() (Hierarchy, bool) {
 // each from proc/self/mountinfo and proc/self/cgroup below fsRoot ("/" on a
 // live system, a fixture directory in tests).
 func ReadLayout(fsRoot string) (Layout, error) {
-	mounts, err := mountns.ReadMountinfo(filepath.Join(fsRoot, "proc/self/mountinfo"))
+	f, err := os.Open(filepath.Join(fsRoot, "proc/self/mountinfo"))
 	if err != nil {
 		return Layout{}, fmt.Errorf("find the cgroup mounts: %w", err)
+	}
+	defer f.Close()
+	mounts, err := mountinfo.GetMountsFromReader(f, mountinfo.FSTypeFilter("cgroup", "cgroup2"))
+	if err != nil {
+		return Layout{}, fmt.Errorf("find the cgroup mounts in %s: %w", f.Name(), err)
 	}
 	own, err := occgroups.ParseCgroupFile(filepath.Join(fsRoot, "proc/self/cgroup"))
 	if err != nil {
@@ -135,7 +140,7 @@ func ReadLayout(fsRoot string) (Layout, error) {
 // ParseCgroupFile returns it. A hierarchy mounted twice counts once (the
 // first mount); a mount of a hierarchy this process is not in (absent from
 // own) is left out.
-func layoutOf(mounts []mountns.Mount, own map[string]string) Layout {
+func layoutOf(mounts []*mountinfo.Info, own map[string]string) Layout {
 	var l Layout
 	seen := map[string]bool{}
 	for _, m := range mounts {
@@ -144,7 +149,7 @@ func layoutOf(mounts []mountns.Mount, own map[string]string) Layout {
 		case "cgroup2":
 			h.Unified = true
 		case "cgroup":
-			for o := range strings.SplitSeq(m.SuperOptions, ",") {
+			for o := range strings.SplitSeq(m.VFSOptions, ",") {
 				// "" is the unified hierarchy's key in own, never a
 				// v1 controller.
 				if _, ok := own[o]; ok && o != "" && !slices.Contains(h.Controllers, o) {

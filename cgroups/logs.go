@@ -6,29 +6,24 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/klog/v2"
 )
 
-var routeOnce sync.Once
-
-// routeLibraryLogs sends what github.com/opencontainers/cgroups logs through
-// logrus's standard logger into klog, nodeinit's log on stdout, instead of
-// logrus's own stderr text format. It runs once, on the first use of this
-// package, not at init.
-func routeLibraryLogs() {
-	routeOnce.Do(func() {
-		std := logrus.StandardLogger()
-		std.SetOutput(io.Discard)
-		std.SetReportCaller(true)
-		std.SetLevel(logrus.InfoLevel)
-		if klog.V(4).Enabled() {
-			std.SetLevel(logrus.DebugLevel)
-		}
-		std.AddHook(klogHook{})
-	})
+// RouteLibraryLogs sends what github.com/opencontainers/cgroups logs
+// through logrus's standard logger into klog, nodeinit's log on stdout,
+// instead of logrus's own stderr text format. It sets up the process-wide
+// logrus logger: main calls it once, after klog's verbosity is known.
+func RouteLibraryLogs() {
+	std := logrus.StandardLogger()
+	std.SetOutput(io.Discard)
+	std.SetReportCaller(true)
+	std.SetLevel(logrus.InfoLevel)
+	if klog.V(4).Enabled() {
+		std.SetLevel(logrus.DebugLevel)
+	}
+	std.AddHook(klogHook{})
 }
 
 // klogHook writes each logrus entry to klog at the matching severity.

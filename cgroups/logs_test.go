@@ -18,7 +18,7 @@ func TestLibraryLogsGoToKlog(t *testing.T) {
 		klog.SetOutputBySeverity("INFO", nil)
 		klog.LogToStderr(true)
 	}()
-	routeLibraryLogs()
+	RouteLibraryLogs()
 
 	logrus.WithField("path", "/sys/fs/cgroup").Warnf("falling back to %s", "securejoin")
 	logrus.Info("plain info")

@@ -42,7 +42,9 @@ type Config struct {
 type Executor struct {
 	Path string   `json:"path,omitempty"`
 	Args []string `json:"args,omitempty"`
-	// ContainPodResources passes --cgroup-root=<the container's cgroup>.
+	// ContainPodResources passes --cgroup-root=<the container's cgroup>
+	// where the kubelet can use that cgroup and the executor's own
+	// arguments and kubelet configuration set no cgroup root.
 	ContainPodResources bool `json:"containPodResources"`
 }
 
@@ -99,9 +101,17 @@ type MountNamespace struct {
 
 // Cgroup says how nodeinit finds and joins the Mesos container's cgroup.
 type Cgroup struct {
-	Parent      string `json:"parent,omitempty"`
+	// Parent is an absolute cgroup path that nodeinit joins instead of
+	// the one it discovers.
+	Parent string `json:"parent,omitempty"`
+	// MesosPrefix is the Mesos agent's --cgroups_root: the cgroup of a
+	// top-level container of the Mesos containerizer is
+	// /<MesosPrefix>/<id>, and a nested one's
+	// /<MesosPrefix>/<parent>/mesos/<child>, whatever the prefix.
 	MesosPrefix string `json:"mesosPrefix"`
-	Require     bool   `json:"require"`
+	// Require makes a cgroup that cannot be found, joined or handed to
+	// the executor a failure instead of a warning.
+	Require bool `json:"require"`
 	// V2Evacuate nil means auto: true when nodeinit is PID 1 at the root of
 	// a cgroup v2 namespace.
 	V2Evacuate *bool  `json:"v2Evacuate,omitempty"`

@@ -80,7 +80,7 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	add(f, fs.StringVar, func(c *Config) *string { return &c.PathOverride }, "path-override", "pathOverride",
 		"the `PATH` for the executor and the proxy instead of nodeinit's own ($PWD/bin is appended either way)")
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Executor.ContainPodResources }, "contain-pod-resources", "executor.containPodResources",
-		"keep pods inside this container's cgroup by passing --cgroup-root=<that cgroup> to the executor, unless it has its own")
+		"keep pods inside this container's cgroup by passing --cgroup-root=<that cgroup> to the executor, where the kubelet can use it and the executor sets no cgroup root itself")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Logging.Dir }, "log-dir", "logging.dir",
 		"write the executor's and the proxy's output to executor.log and proxy.log in this `DIR`, rotated, instead of stdout")
 	addValue(f, func(c *Config) *Mebibytes { return &c.Logging.MaxSize }, "max-log-size", "logging.maxSize",
@@ -98,11 +98,11 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.MountNamespace.MakeRShared }, "make-rshared", "mountNamespace.makeRShared",
 		"make / recursively shared, so mounts made by pods reach the host (cannot be combined with --private-mountns)")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.Parent }, "cgroup-parent", "cgroup.parent",
-		"join this `CGROUP` instead of the discovered Mesos container cgroup")
+		"join this absolute `CGROUP` instead of the discovered Mesos container cgroup")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.MesosPrefix }, "mesos-cgroup-prefix", "cgroup.mesosPrefix",
-		"the cgroup path `PREFIX` of Mesos containers (their first path element), used to find this container's cgroup")
+		"the Mesos agent's --cgroups_root `ROOT`: a Mesos containerizer's container is in /ROOT/<id>, a nested one in /ROOT/<parent>/mesos/<child>")
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Cgroup.Require }, "require-cgroup", "cgroup.require",
-		"fail when the container's cgroup cannot be found or joined, instead of running where nodeinit was started")
+		"fail when the container's cgroup cannot be found or joined, or cannot be handed to the executor as its --cgroup-root, instead of carrying on with a warning")
 	fs.Var(autoBool{&f.values.Cgroup.V2Evacuate}, "cgroup-v2-evacuate",
 		"on cgroup v2, move every process of the cgroup namespace's root into /init and enable all controllers in the root, so the kubelet can create pod cgroups: true, false or auto (true when nodeinit is PID 1 at the root of a v2 cgroup namespace)")
 	fs.Lookup("cgroup-v2-evacuate").NoOptDefVal = "true"

@@ -175,6 +175,10 @@ func TestBadCommandLinesAreUsageErrors(t *testing.T) {
 		{[]string{"--ready-url=localhost:10248", "kubelet"},
 			`invalid argument "localhost:10248" for "--ready-url" flag: must be an http URL (no TLS: the kubelet's healthz is plain HTTP) like http://127.0.0.1:10248/healthz`},
 		{[]string{"--cgroup-v2-leaf=a/b", "kubelet"}, `invalid argument "a/b" for "--cgroup-v2-leaf" flag: must be a single cgroup directory name`},
+		{[]string{"--cgroup-parent=node", "kubelet"},
+			`invalid argument "node" for "--cgroup-parent" flag: must be an absolute cgroup path such as "/kubepods/node", without "." or ".." elements`},
+		{[]string{"--mesos-cgroup-prefix=/", "kubelet"},
+			`invalid argument "/" for "--mesos-cgroup-prefix" flag: must be the Mesos agent's --cgroups_root, a cgroup path such as "mesos" or "system.slice/mesos", without empty, "." or ".." elements`},
 		{nil, "no EXECUTOR given: name the program to run after nodeinit's flags, or as executor.path in the --config file"},
 		{[]string{"--proxy-mode=userspace"}, `invalid argument "userspace" for "--proxy-mode" flag: supported values: "iptables", "ipvs", "nftables"`},
 		// A bad flag is reported before the file is even read.

@@ -72,8 +72,18 @@ func (c *Config) Validate() []FieldError {
 	}
 
 	v.text("cgroup.parent", c.Cgroup.Parent)
-	if c.Cgroup.MesosPrefix == "" {
-		v.add(ErrorTypeRequired, "cgroup.mesosPrefix", nil, `the first cgroup path element of Mesos containers, usually "mesos"`)
+	if p := c.Cgroup.Parent; p != "" && (!strings.HasPrefix(p, "/") || hasDotElement(p)) {
+		v.add(ErrorTypeInvalid, "cgroup.parent", p, `must be an absolute cgroup path such as "/kubepods/node", without "." or ".." elements`)
+	}
+	switch prefix := strings.Trim(c.Cgroup.MesosPrefix, "/"); {
+	case c.Cgroup.MesosPrefix == "":
+		v.add(ErrorTypeRequired, "cgroup.mesosPrefix", nil, `the Mesos agent's --cgroups_root, usually "mesos"`)
+	case prefix == "" || hasDotElement(prefix) || strings.Contains(prefix, "//"):
+		// Each element must name a cgroup: an empty or "." one would make
+		// an unclean path, which the kernel resolves but /proc/self/cgroup
+		// never shows, so joining it could not be verified.
+		v.add(ErrorTypeInvalid, "cgroup.mesosPrefix", c.Cgroup.MesosPrefix,
+			`must be the Mesos agent's --cgroups_root, a cgroup path such as "mesos" or "system.slice/mesos", without empty, "." or ".." elements`)
 	}
 	v.text("cgroup.mesosPrefix", c.Cgroup.MesosPrefix)
 	switch l := c.Cgroup.V2Leaf; {
@@ -141,6 +151,17 @@ func (v *validator) duration(field string, d Duration, least time.Duration) {
 	case d.Duration < least:
 		v.add(ErrorTypeInvalid, field, d, "must be positive")
 	}
+}
+
+// hasDotElement reports whether the slash-separated path p has a "." or
+// ".." element.
+func hasDotElement(p string) bool {
+	for e := range strings.SplitSeq(p, "/") {
+		if e == "." || e == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // isDNSSubdomain is Kubernetes' rule for node names (RFC 1123 subdomain).

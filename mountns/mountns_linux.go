@@ -2,8 +2,7 @@
 // in: entering a private namespace whose "/" is a recursive slave of the
 // host's (host mounts still propagate in, the node's own mounts do not leak
 // out), or making "/" recursively shared so that a kubelet can propagate
-// volume mounts. It also parses mountinfo, which both the tests and the
-// cgroups package read.
+// volume mounts.
 package mountns
 
 import (

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/test/testenv"
@@ -110,29 +111,22 @@ func rsharedHelper(out io.Writer) int {
 }
 
 func rootPropagation() (string, error) {
-	mounts, err := ReadMountinfo("/proc/self/mountinfo")
+	// Every mount on /, not SingleEntryFilter's first: a later one hides
+	// the earlier ones.
+	mounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (bool, bool) { return m.Mountpoint != "/", false })
 	if err != nil {
 		return "", err
 	}
-	for i := len(mounts) - 1; i >= 0; i-- { // the last mount on / is the visible one
-		if mounts[i].Mountpoint == "/" {
-			return strings.Join(mounts[i].Optional, ",") + ";", nil
-		}
+	if len(mounts) == 0 {
+		return "", fmt.Errorf("no mount on / in /proc/self/mountinfo")
 	}
-	return "", fmt.Errorf("no mount on / in /proc/self/mountinfo")
+	// The last mount on / is the visible one.
+	return strings.ReplaceAll(mounts[len(mounts)-1].Optional, " ", ",") + ";", nil
 }
 
 func isMountpoint(path string) (bool, error) {
-	mounts, err := ReadMountinfo("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	for _, m := range mounts {
-		if m.Mountpoint == path {
-			return true, nil
-		}
-	}
-	return false, nil
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(path))
+	return len(mounts) > 0, err
 }
 
 // helper is a running enterHelper the test talks to.

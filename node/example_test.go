@@ -37,7 +37,7 @@ func Example() {
 	}
 
 	env := node.Environ([]string{"PATH=/usr/bin:/bin"}, cfg.PathOverride, "/srv")
-	executor := node.Executor(&cfg, env, node.Container{}) // --write-flags discovers no cgroup
+	executor := node.Executor(&cfg, env, node.Container{}, node.KubeletConfig{}) // no container, no kubelet configuration
 	proxy := node.Proxy(&cfg, env)
 	if flags.WriteFlags() {
 		_ = node.WriteFlags(os.Stdout, executor, proxy)

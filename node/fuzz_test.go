@@ -58,7 +58,7 @@ func FuzzArguments(f *testing.F) {
 			t.Fatalf("proxy.args not verbatim at the end: %q", p.Args)
 		}
 
-		e := Executor(&c, nil, Container{Cgroup: cgroup, ID: id})
+		e := Executor(&c, nil, Container{Cgroup: cgroup, ID: id}, KubeletConfig{})
 		added := len(e.Args) - len(c.Executor.Args)
 		if added < 0 || added > 1 {
 			t.Fatalf("executor args %q from %q", e.Args, c.Executor.Args)
@@ -71,7 +71,7 @@ func FuzzArguments(f *testing.F) {
 					break
 				}
 			}
-			if !contain || cgroup == "" {
+			if !contain || cgroup == "" || cgroup == "/" {
 				t.Fatalf("--cgroup-root added with containPodResources %v, cgroup %q", contain, cgroup)
 			}
 			rest = append(append([]string(nil), e.Args[:i]...), e.Args[i+1:]...)

@@ -15,13 +15,17 @@ import (
 )
 
 // ContainerIDEnv names the executor's environment variable that carries the
-// Mesos container id, as the Mesos executor expects it.
+// Mesos container id. Only the kubernetes-mesos minion's own
+// kubelet-executor read it (to tag pod containers for the agent's garbage
+// collection); a kubelet ignores it.
 const ContainerIDEnv = "MESOS_EXECUTOR_CONTAINER_UUID"
 
-// Container is what cgroup discovery found out about the Mesos container
-// nodeinit runs in; the zero value means nothing was found.
+// Container is what cgroup discovery found out about the container nodeinit
+// runs in; the zero value means nothing was found.
 type Container struct {
-	// Cgroup is the container's cgroup path, as the executor's --cgroup-root takes it.
+	// Cgroup is the container's cgroup as the kubelet's --cgroup-root
+	// takes it, set only where the kubelet can use it
+	// (cgroups.Result.KubeletRoot); "/" is the kubelet's own default.
 	Cgroup string
 	// ID is the Mesos container id.
 	ID string
@@ -59,18 +63,44 @@ func Environ(environ []string, pathOverride, dir string) []string {
 // Executor is the executor's command: the configured program and arguments
 // and env, plus the container id in its environment and, with
 // executor.containPodResources, --cgroup-root=<the container's cgroup>
-// unless its arguments already set one.
-func Executor(c *config.Config, env []string, ct Container) Command {
+// unless the executor sets a cgroup root itself, in its arguments or in
+// its kubelet configuration kc (see OwnCgroupRoot), or the cgroup is "/",
+// the kubelet's default.
+//
+// A flag, because it is the one way that reaches every executor, a
+// kubelet-executor as well as the kubelet (which warns that the flag is
+// deprecated in favour of its configuration file: setting cgroupRoot there,
+// or in a --config-dir drop-in, avoids both the flag and the warning).
+func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig) Command {
 	cmd := Command{Path: c.Executor.Path, Args: append([]string(nil), c.Executor.Args...), Env: env}
 	if ct.ID != "" {
 		cmd.Env = setenv(env, ContainerIDEnv, ct.ID)
 	}
-	if c.Executor.ContainPodResources && ct.Cgroup != "" {
-		if _, set := flagValue(cmd.Args, "cgroup-root"); !set {
+	if c.Executor.ContainPodResources && ct.Cgroup != "" && ct.Cgroup != "/" {
+		if _, own := OwnCgroupRoot(cmd.Args, kc); own == "" {
 			cmd.Args = insertFlag(cmd.Args, "--cgroup-root="+ct.Cgroup)
 		}
 	}
 	return cmd
+}
+
+// OwnCgroupRoot is the cgroup root the executor sets itself, and where: its
+// --cgroup-root flag, which the kubelet takes over the cgroupRoot of its
+// configuration (kc: its --config file and --config-dir drop-ins), or that
+// cgroupRoot. from says which, and which one wins, for the log; it is empty
+// when the executor sets none.
+func OwnCgroupRoot(args []string, kc KubeletConfig) (root, from string) {
+	flag, set := flagValue(args, "cgroup-root")
+	switch {
+	case set && kc.CgroupRoot != "":
+		return flag, fmt.Sprintf("the executor's --cgroup-root=%s, which overrides cgroupRoot %s of the kubelet's configuration %s",
+			flag, kc.CgroupRoot, strings.Join(kc.Files, " "))
+	case set:
+		return flag, "the executor's --cgroup-root=" + flag
+	case kc.CgroupRoot != "":
+		return kc.CgroupRoot, fmt.Sprintf("cgroupRoot %s of the kubelet's configuration %s", kc.CgroupRoot, strings.Join(kc.Files, " "))
+	}
+	return "", ""
 }
 
 // Proxy is the proxy's command: the flags nodeinit's settings translate to,

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -123,6 +125,11 @@ func TestExecutorCommand(t *testing.T) {
 			[]string{"--cgroup-root=/mesos/x"}, env},
 		{"an inherited container id is replaced", func(c *config.Config) {}, Container{ID: "new"},
 			nil, append(env, "MESOS_EXECUTOR_CONTAINER_UUID=new")},
+		{"the root of the cgroup mounts is the kubelet's default: nothing added", func(c *config.Config) {}, Container{Cgroup: "/", ID: "x"},
+			nil, append(env, "MESOS_EXECUTOR_CONTAINER_UUID=x")},
+		{"the kubelet's configuration sets cgroupRoot: nothing added", func(c *config.Config) {
+			c.Executor.Args = []string{"--config=" + kubeletConfig(t, "cgroupRoot: /kubepods\n")}
+		}, ct, nil, append(env, "MESOS_EXECUTOR_CONTAINER_UUID=1234-abcd")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg(tc.change)
@@ -130,12 +137,55 @@ func TestExecutorCommand(t *testing.T) {
 			if tc.ct.ID == "" {
 				in = env
 			}
-			got := Executor(c, in, tc.ct)
-			if got.Path != "kubelet" || !reflect.DeepEqual(got.Args, tc.wantArgs) || !reflect.DeepEqual(got.Env, tc.wantEnv) {
-				t.Errorf("Executor:\n got %q %q env %q\nwant %q %q env %q", got.Path, got.Args, got.Env, "kubelet", tc.wantArgs, tc.wantEnv)
+			kc, err := ReadKubeletConfig(c.Executor.Args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := Executor(c, in, tc.ct, kc)
+			want := tc.wantArgs
+			if want == nil && len(c.Executor.Args) > 0 {
+				want = c.Executor.Args
+			}
+			if got.Path != "kubelet" || !reflect.DeepEqual(got.Args, want) || !reflect.DeepEqual(got.Env, tc.wantEnv) {
+				t.Errorf("Executor:\n got %q %q env %q\nwant %q %q env %q", got.Path, got.Args, got.Env, "kubelet", want, tc.wantEnv)
 			}
 			if !reflect.DeepEqual(in[:len(env)], env) || len(c.Executor.Args) > 0 && &c.Executor.Args[0] == &got.Args[0] {
 				t.Errorf("Executor changed its inputs")
+			}
+		})
+	}
+}
+
+// kubeletConfig writes a KubeletConfiguration with the fields in body and
+// returns its path.
+func kubeletConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kubelet.yaml")
+	if err := os.WriteFile(p, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestOwnCgroupRootSaysWhichWins(t *testing.T) {
+	file := KubeletConfig{CgroupRoot: "/from-file", Files: []string{"/etc/kubelet.yaml", "/etc/kubelet.d/10-root.conf"}}
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		kc         KubeletConfig
+		root, from string
+	}{
+		{"none", []string{"--v=2"}, KubeletConfig{}, "", ""},
+		{"the flag", []string{"--cgroup-root", "/from-flag"}, KubeletConfig{}, "/from-flag", "the executor's --cgroup-root=/from-flag"},
+		{"the configuration", nil, file, "/from-file", "cgroupRoot /from-file of the kubelet's configuration /etc/kubelet.yaml /etc/kubelet.d/10-root.conf"},
+		{"the flag over the configuration", []string{"--cgroup-root=/from-flag"}, file, "/from-flag",
+			"the executor's --cgroup-root=/from-flag, which overrides cgroupRoot /from-file of the kubelet's configuration /etc/kubelet.yaml /etc/kubelet.d/10-root.conf"},
+		{"a flag after -- is not the executor's", []string{"--", "--cgroup-root=/x"}, KubeletConfig{}, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, from := OwnCgroupRoot(tc.args, tc.kc)
+			if root != tc.root || from != tc.from {
+				t.Errorf("got %q, %q\nwant %q, %q", root, from, tc.root, tc.from)
 			}
 		})
 	}
@@ -212,7 +262,7 @@ func TestWriteFlags(t *testing.T) {
 		c.Proxy.Args = []string{"--metrics-bind-address", "", "--comment=it's"}
 	})
 	var b strings.Builder
-	if err := WriteFlags(&b, Executor(c, nil, Container{Cgroup: "/mesos/c 1", ID: "c1"}), Proxy(c, nil)); err != nil {
+	if err := WriteFlags(&b, Executor(c, nil, Container{Cgroup: "/mesos/c 1", ID: "c1"}, KubeletConfig{}), Proxy(c, nil)); err != nil {
 		t.Fatal(err)
 	}
 	want := `/usr/local/bin/kubelet --node-ip=10.0.0.5 '--node-labels=role=node,zone=a b' '--cgroup-root=/mesos/c 1'

@@ -20,16 +20,18 @@ import (
 )
 
 // writeFlags prints the executor's and the proxy's final command lines
-// without touching namespaces or cgroups: the container comes from the
-// environment alone.
+// without touching namespaces or cgroups: cgroups.Preview reads where the
+// container is and what would be joined.
 func writeFlags(cfg *config.Config) int {
 	env := childEnv(cfg)
-	t, err := cgroups.Discover(cfg.Cgroup.Parent, cfg.Cgroup.MesosPrefix, os.Getenv)
+	kubelet, _ := node.ReadKubeletConfig(cfg.Executor.Args)
+	_, own := node.OwnCgroupRoot(cfg.Executor.Args, kubelet)
+	cg, err := cgroups.Preview(cgroupOptions(cfg, own))
 	if err != nil {
 		klog.ErrorS(err, "Cannot discover the container")
 		return exitFailure
 	}
-	cmds := []node.Command{node.Executor(cfg, env, node.Container{Cgroup: t.Cgroup, ID: t.ContainerID})}
+	cmds := []node.Command{node.Executor(cfg, env, node.Container{Cgroup: cg.KubeletRoot, ID: cg.ContainerID}, kubelet)}
 	if cfg.Proxy.Run {
 		cmds = append(cmds, node.Proxy(cfg, env))
 	}
@@ -37,6 +39,13 @@ func writeFlags(cfg *config.Config) int {
 		return exitFailure
 	}
 	return 0
+}
+
+// cgroupOptions are the cgroup settings, with the container's cgroup to be
+// handed to the executor when executor.containPodResources is on and own
+// (node.OwnCgroupRoot) says the executor sets no cgroup root itself.
+func cgroupOptions(cfg *config.Config, own string) cgroups.Options {
+	return cgroups.Options{Cgroup: cfg.Cgroup, ForKubelet: cfg.Executor.ContainPodResources && own == ""}
 }
 
 // childEnv is the children's environment: nodeinit's own, with PATH as the
@@ -91,16 +100,21 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 		}
 		klog.InfoS("Made / rshared for the kubelet's mount propagation")
 	}
-	cg, err := cgroups.Setup(cgroups.Options{
-		Parent: cfg.Cgroup.Parent, Prefix: cfg.Cgroup.MesosPrefix, Leaf: cfg.Cgroup.V2Leaf,
-		Require: cfg.Cgroup.Require, Evacuate: cfg.Cgroup.V2Evacuate,
-	})
+	kubelet, err := node.ReadKubeletConfig(cfg.Executor.Args)
+	if err != nil {
+		klog.Warningf("%v; taking it to set no cgroup root", err)
+	}
+	root, own := node.OwnCgroupRoot(cfg.Executor.Args, kubelet)
+	if own != "" {
+		klog.InfoS("The executor sets its own cgroup root, so nodeinit adds none", "cgroupRoot", root, "from", own)
+	}
+	cg, err := cgroups.Setup(cgroupOptions(cfg, own))
 	if err != nil {
 		klog.ErrorS(err, "Cannot join the container's cgroup")
 		return exitFailure
 	}
 
-	sc, closeLogs, code := tasks(cfg, node.Container{Cgroup: cg.Cgroup, ID: cg.ContainerID})
+	sc, closeLogs, code := tasks(cfg, node.Container{Cgroup: cg.KubeletRoot, ID: cg.ContainerID}, kubelet)
 	if code != 0 {
 		return code
 	}
@@ -137,10 +151,10 @@ const (
 // --log-dir, to rotated files. closeLogs drains the log files once the
 // children are gone. A non-zero code is the exit status for log files that
 // cannot be made.
-func tasks(cfg *config.Config, ct node.Container) (sc supervisor.Config, closeLogs func(), code int) {
+func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig) (sc supervisor.Config, closeLogs func(), code int) {
 	closeLogs = func() {}
 	env := childEnv(cfg)
-	exe := node.Executor(cfg, env, ct)
+	exe := node.Executor(cfg, env, ct, kubelet)
 	sc = supervisor.Config{
 		Executor: supervisor.Task{Name: "executor", Path: exe.Path, Args: exe.Args, Env: exe.Env,
 			Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr},

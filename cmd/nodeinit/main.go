@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/cgroups"
 	"github.com/nodeinit/nodeinit/config"
 	"github.com/nodeinit/nodeinit/init/signals"
 )
@@ -100,6 +101,8 @@ func run(args []string) int {
 		fmt.Println("nodeinit", version)
 		return 0
 	}
+	// Process-wide, once: opencontainers/cgroups logs through logrus.
+	cgroups.RouteLibraryLogs()
 	cfg, err := c.flags.Resolve(c.fs.Args())
 	var fileErr *config.FileError
 	switch {

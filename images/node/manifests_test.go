@@ -49,11 +49,13 @@ func gracePeriod(t *testing.T, args []string) time.Duration {
 func checkFlags(t *testing.T, args []string) {
 	t.Helper()
 	nodeinit := testenv.Build(t, "./cmd/nodeinit")
-	cmd := exec.Command(nodeinit, append(append([]string{"--config=config.yaml"}, args...), "--write-flags")...)
+	// --write-flags first: after a "--" in args it would be the kubelet's,
+	// and nodeinit would run for real.
+	cmd := exec.Command(nodeinit, append([]string{"--config=config.yaml", "--write-flags"}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("nodeinit --config=config.yaml %s --write-flags: %v\n%s", strings.Join(args, " "), err, out.Bytes())
+		t.Fatalf("nodeinit --config=config.yaml --write-flags %s: %v\n%s", strings.Join(args, " "), err, out.Bytes())
 	}
 	if !strings.Contains(out.String(), "/usr/local/bin/kubelet") || !strings.Contains(out.String(), "/usr/local/bin/kube-proxy") {
 		t.Errorf("--write-flags does not show the kubelet and kube-proxy command lines:\n%s", out.Bytes())
@@ -120,9 +122,16 @@ func TestDaemonSet(t *testing.T) {
 			hostPaths[v.Name] = v.HostPath.Path
 		}
 	}
-	for path, propagation := range map[string]corev1.MountPropagationMode{
-		"/var/lib/kubelet": corev1.MountPropagationBidirectional,
-		"/sys/fs/cgroup":   "",
+	for path, want := range map[string]struct {
+		propagation corev1.MountPropagationMode
+		readOnly    bool
+	}{
+		"/var/lib/kubelet": {propagation: corev1.MountPropagationBidirectional},
+		"/sys/fs/cgroup":   {},
+		"/var/log":         {}, // the kubelet's /var/log/pods and /var/log/containers
+		"/dev":             {},
+		"/run":             {propagation: corev1.MountPropagationHostToContainer}, // the CRI socket, the lock file
+		"/lib/modules":     {readOnly: true},
 	} {
 		m, ok := mounts[path]
 		if !ok {
@@ -132,12 +141,17 @@ func TestDaemonSet(t *testing.T) {
 		if hostPaths[m.Name] != path {
 			t.Errorf("%s comes from volume %q (host path %q), want the host's %s", path, m.Name, hostPaths[m.Name], path)
 		}
-		if propagation != "" && (m.MountPropagation == nil || *m.MountPropagation != propagation) {
-			t.Errorf("%s has propagation %v, want %s", path, m.MountPropagation, propagation)
+		if want.propagation != "" && (m.MountPropagation == nil || *m.MountPropagation != want.propagation) {
+			t.Errorf("%s has propagation %v, want %s", path, m.MountPropagation, want.propagation)
 		}
-		if m.ReadOnly {
-			t.Errorf("%s is read-only", path)
+		if m.ReadOnly != want.readOnly {
+			t.Errorf("%s is read-only: %v, want %v", path, m.ReadOnly, want.readOnly)
 		}
+	}
+	// The node's own kubelet hands over through its lock file: the pod's
+	// kubelet takes the same lock, and does not exit when another opens it.
+	if !slices.Contains(node.Args, "--lock-file=/run/lock/kubelet.lock") || slices.Contains(node.Args, "--exit-on-lock-contention") {
+		t.Errorf("args %q: want the kubelet's --lock-file=/run/lock/kubelet.lock without --exit-on-lock-contention", node.Args)
 	}
 	checkFlags(t, node.Args)
 }
@@ -153,6 +167,7 @@ type marathonApp struct {
 	Env                        map[string]string   `json:"env"`
 	Container                  marathonContainer   `json:"container"`
 	Networks                   []marathonNetwork   `json:"networks"`
+	PortDefinitions            *[]marathonPort     `json:"portDefinitions"`
 	TaskKillGracePeriodSeconds int                 `json:"taskKillGracePeriodSeconds"`
 	HealthChecks               []marathonHealth    `json:"healthChecks"`
 	Constraints                [][]string          `json:"constraints"`
@@ -190,6 +205,12 @@ type marathonNetwork struct {
 	Name string `json:"name,omitempty"`
 }
 
+type marathonPort struct {
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol"`
+	Name     string `json:"name"`
+}
+
 type marathonHealth struct {
 	Protocol               string `json:"protocol"`
 	Path                   string `json:"path"`
@@ -223,28 +244,54 @@ func TestMarathonApp(t *testing.T) {
 	if app.ID == "" || app.Instances < 1 || app.Cpus <= 0 || app.Mem <= 0 {
 		t.Errorf("id %q, instances %d, cpus %v, mem %v: all are required", app.ID, app.Instances, app.Cpus, app.Mem)
 	}
-	// The Docker containerizer runs it: MESOS_CONTAINER_NAME tells nodeinit its /mesos/<id> cgroup.
+	// The Docker containerizer runs it, in the engine's cgroup: nodeinit
+	// stays there and hands that cgroup to the kubelet, which it can only
+	// find in the host's hierarchies with the host's cgroup namespace.
 	if app.Container.Type != "DOCKER" || app.Container.Docker == nil || app.Container.Docker.Image == "" {
 		t.Fatalf("container %+v, want type DOCKER with an image", app.Container)
 	}
 	if !app.Container.Docker.Privileged {
 		t.Error("the container is not privileged")
 	}
-	if !slices.Contains(app.Container.Docker.Parameters, marathonParameter{"cgroupns", "host"}) {
-		t.Errorf("docker parameters %v lack cgroupns=host: nodeinit must see the host's /mesos/<id>", app.Container.Docker.Parameters)
+	for _, p := range []marathonParameter{
+		{"cgroupns", "host"},
+		{"pid", "host"}, // as the DaemonSet's hostPID: cAdvisor maps pod cgroups' host pids
+		// Marathon volumes have no propagation: the kubelet's volume
+		// mounts reach the host through a docker volume parameter.
+		{"volume", "/var/lib/kubelet:/var/lib/kubelet:rshared"},
+	} {
+		if !slices.Contains(app.Container.Docker.Parameters, p) {
+			t.Errorf("docker parameters %v lack %s=%s", app.Container.Docker.Parameters, p.Key, p.Value)
+		}
 	}
-	if !slices.ContainsFunc(app.Container.Volumes, func(v marathonVolume) bool {
-		return v.ContainerPath == "/sys/fs/cgroup" && v.HostPath == "/sys/fs/cgroup" && v.Mode == "RW"
-	}) {
-		t.Errorf("volumes %v lack the host's /sys/fs/cgroup read-write", app.Container.Volumes)
+	for _, want := range []marathonVolume{
+		{"/sys/fs/cgroup", "/sys/fs/cgroup", "RW"},
+		{"/var/log", "/var/log", "RW"},
+		{"/dev", "/dev", "RW"},
+		// The CRI socket and the xtables lock: a file volume whose host
+		// file is missing becomes a directory under docker -v.
+		{"/run", "/run", "RW"},
+		{"/lib/modules", "/lib/modules", "RO"},
+	} {
+		if !slices.Contains(app.Container.Volumes, want) {
+			t.Errorf("volumes %v lack the host's %s %s", app.Container.Volumes, want.HostPath, want.Mode)
+		}
 	}
 	for _, v := range app.Container.Volumes {
 		if v.Mode != "RW" && v.Mode != "RO" {
 			t.Errorf("volume %s has mode %q, want RW or RO", v.ContainerPath, v.Mode)
 		}
+		if v.ContainerPath == "/var/lib/kubelet" {
+			t.Errorf("/var/lib/kubelet is a Marathon volume, which cannot be rshared")
+		}
 	}
-	if !slices.Contains(app.Args, "--private-mountns") {
-		t.Errorf("args %q lack --private-mountns", app.Args)
+	// A private mount namespace would hide the kubelet's volume mounts from
+	// the container runtime outside it.
+	if slices.Contains(app.Args, "--private-mountns") {
+		t.Errorf("args %q have --private-mountns", app.Args)
+	}
+	if app.PortDefinitions == nil || len(*app.PortDefinitions) != 0 {
+		t.Errorf("portDefinitions %v, want [] (host networking; no port resources)", app.PortDefinitions)
 	}
 	grace := gracePeriod(t, app.Args)
 	if kill := time.Duration(app.TaskKillGracePeriodSeconds) * time.Second; kill <= 2*grace {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,57 +8,34 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodeinit/nodeinit/cgroups"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
-// cgroupMounts lists the host's cgroup hierarchies from /proc/self/mountinfo:
-// the mount point of each v1 hierarchy, and of the v2 one (or "").
-func cgroupMounts(t *testing.T) (v1 []string, v2 string) {
+// hostLayout reads the host's cgroup hierarchies, as seen by the test.
+func hostLayout(t *testing.T) cgroups.Layout {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	l, err := cgroups.ReadLayout("/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// "36 25 0:31 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu"
-		fields := strings.Fields(sc.Text())
-		sep := slices.Index(fields, "-")
-		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
-			continue
-		}
-		switch fields[sep+1] {
-		case "cgroup":
-			v1 = append(v1, fields[4])
-		case "cgroup2":
-			if v2 == "" {
-				v2 = fields[4]
-			}
-		}
+	if l.Mode() == cgroups.NoCgroups {
+		t.Fatal("the host has no cgroup filesystem mounted")
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return v1, v2
+	return l
 }
 
-// makeMesosCgroup creates /mesos/<id> the way a Mesos agent would before
-// starting a Docker-containerizer task: in every v1 hierarchy, or in the v2
-// hierarchy on a host without v1. It returns the directories made, removed
+// makeMesosCgroup creates /mesos/<id> the way a Mesos containerizer agent
+// would, in every hierarchy of l, and returns the directories made, removed
 // (with /mesos, if this test made it) when the test ends.
-func makeMesosCgroup(t *testing.T, id string) []string {
+func makeMesosCgroup(t *testing.T, l cgroups.Layout, id string) []string {
 	t.Helper()
-	v1, v2 := cgroupMounts(t)
-	roots := v1
-	if len(v1) == 0 {
-		if v2 == "" {
-			t.Fatal("the host has no cgroup filesystem mounted")
-		}
-		roots = []string{v2}
-	}
 	var made []string
-	for _, root := range roots {
+	for _, h := range l.Hierarchies {
+		root, ok := h.Dir("/", "/")
+		if !ok {
+			t.Fatalf("the %s hierarchy's mount does not show its root", h.Name())
+		}
 		parent := filepath.Join(root, "mesos")
 		madeParent := false
 		if _, err := os.Stat(parent); os.IsNotExist(err) {
@@ -74,12 +50,6 @@ func makeMesosCgroup(t *testing.T, id string) []string {
 		}
 		made = append(made, dir)
 		t.Cleanup(func() {
-			// Children first (a v2 leaf made by nodeinit), then the cgroup, then /mesos if it was ours.
-			if subs, _ := filepath.Glob(filepath.Join(dir, "*", "cgroup.procs")); len(subs) > 0 {
-				for _, s := range subs {
-					_ = os.Remove(filepath.Dir(s))
-				}
-			}
 			if err := os.Remove(dir); err != nil {
 				t.Errorf("remove cgroup %s: %v", dir, err)
 			}
@@ -87,21 +57,6 @@ func makeMesosCgroup(t *testing.T, id string) []string {
 				_ = os.Remove(parent)
 			}
 		})
-		// A new v1 cpuset is empty and refuses tasks until it has cpus and mems.
-		for _, file := range []string{"cpuset.cpus", "cpuset.mems"} {
-			for _, d := range []string{parent, dir} {
-				if _, err := os.Stat(filepath.Join(d, file)); err != nil {
-					continue
-				}
-				if value, _ := os.ReadFile(filepath.Join(filepath.Dir(d), file)); len(value) > 0 {
-					if cur, _ := os.ReadFile(filepath.Join(d, file)); strings.TrimSpace(string(cur)) == "" {
-						if err := os.WriteFile(filepath.Join(d, file), value, 0o644); err != nil {
-							t.Fatalf("set %s/%s: %v", d, file, err)
-						}
-					}
-				}
-			}
-		}
 	}
 	return made
 }
@@ -125,46 +80,81 @@ func procsUnder(t *testing.T, dir string) []int {
 	return pids
 }
 
-func TestMesosDockerContainerizerTaskJoinsItsCgroup(t *testing.T) {
+// A Mesos Docker-containerizer task as the agent runs it (the Marathon app
+// in images/node): a container of its own in the engine's cgroup, named
+// mesos-<id> and told so in MESOS_CONTAINER_NAME, with the agent's
+// MESOS_DIRECTORY naming the same container id. The agent makes no
+// /mesos/<id> for it: one made here is a decoy nodeinit must not join.
+// nodeinit stays in the cgroup podman made, and hands exactly that cgroup
+// to the executor as --cgroup-root.
+func TestMesosDockerContainerizerTaskStaysInItsEngineCgroup(t *testing.T) {
 	e := start(t)
+	l := hostLayout(t)
 	id := "e2e" + randomID()
-	cgroups := makeMesosCgroup(t, id)
+	decoys := makeMesosCgroup(t, l, id)
 
-	// What the Marathon app in images/node runs: the Docker containerizer
-	// names the container mesos-<id>, the host's cgroup namespace and
-	// hierarchy are shared, and nodeinit takes a private mount namespace.
 	c := e.runDetached(t, []string{
 		"--privileged",
 		"--cgroupns=host",
 		"-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
 		"-e", "MESOS_CONTAINER_NAME=mesos-" + id,
-	}, taskNode([]string{"--private-mountns"})...)
+		"-e", "MESOS_DIRECTORY=/var/lib/mesos/slaves/S0/frameworks/F/executors/E/runs/" + id,
+		"-e", "MESOS_SANDBOX=/mnt/mesos/sandbox",
+	}, taskNode([]string{"--require-cgroup"})...)
 	c.waitFile(t, "executor.ready")
 	c.waitFile(t, "proxy.ready")
 
+	// The container's cgroup, as podman made it: where its first process,
+	// nodeinit, is in the hierarchies the kubelet checks.
 	pid := c.hostPID(t)
+	own := map[string]string{}
+	for _, h := range cgroups.KubeletHierarchies(l) {
+		own[h.Name()] = hierarchyLine(readProc(t, pid, "cgroup"), h)
+	}
+	engine := own[cgroups.KubeletHierarchies(l)[0].Name()]
+	if engine == "" || engine == "/" || strings.Contains(engine, "mesos") {
+		t.Fatalf("nodeinit is in %q, not in a cgroup of the engine's", own)
+	}
+	t.Logf("the engine's cgroup of the container: %s", engine)
 	members := pidNamespaceMembers(t, pid)
 	if len(members) < 3 {
 		t.Fatalf("the container has %d processes, want nodeinit, executor and proxy", len(members))
 	}
-	for _, dir := range cgroups {
-		in := procsUnder(t, dir)
-		for p := range members {
-			if !slices.Contains(in, p) {
-				t.Errorf("process %d (pid %d in the container) is not in %s; /proc/%d/cgroup:\n%s",
-					p, nsPID(t, p), dir, p, readProc(t, p, "cgroup"))
+	for p := range members {
+		for _, h := range cgroups.KubeletHierarchies(l) {
+			if got := hierarchyLine(readProc(t, p, "cgroup"), h); got != engine {
+				t.Errorf("process %d (pid %d in the container) is in %q of the %s hierarchy, want the engine's %s",
+					p, nsPID(t, p), got, h.Name(), engine)
+			}
+		}
+		for _, dir := range decoys {
+			if slices.Contains(procsUnder(t, dir), p) {
+				t.Errorf("process %d joined %s, which the agent never makes for a Docker containerizer task", p, dir)
 			}
 		}
 	}
 
 	r := testenv.ReadReport(t, c.path("executor.json"))
-	if want := "--cgroup-root=/mesos/" + id; !slices.Contains(r.Args, want) {
+	if want := "--cgroup-root=" + engine; !slices.Contains(r.Args, want) {
 		t.Errorf("executor args %q lack %s", r.Args, want)
 	}
 	if want := "MESOS_EXECUTOR_CONTAINER_UUID=" + id; !slices.Contains(r.Env, want) {
 		t.Errorf("executor environment lacks %s", want)
 	}
-	e.must(t, "stop", c.name) // the cgroups can only be removed once empty
+}
+
+// hierarchyLine is the cgroup of hierarchy h in a /proc/PID/cgroup text.
+func hierarchyLine(procCgroup string, h cgroups.Hierarchy) string {
+	for line := range strings.Lines(procCgroup) {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if h.Unified && parts[1] == "" || !h.Unified && slices.Contains(strings.Split(parts[1], ","), h.Controllers[0]) {
+			return parts[2]
+		}
+	}
+	return ""
 }
 
 func TestPrivateCgroupNamespaceV2Evacuation(t *testing.T) {
@@ -172,7 +162,12 @@ func TestPrivateCgroupNamespaceV2Evacuation(t *testing.T) {
 	// A node container with its own v2 cgroup namespace: nodeinit is PID 1 at
 	// the namespace root, where the kubelet could not create pod cgroups, so
 	// it moves every process to /init and enables the controllers below the root.
-	_, v2mount := cgroupMounts(t)
+	// It is a Docker containerizer task of an engine on v2, whose containers
+	// get a private cgroup namespace: the container's own cgroup is the
+	// namespace root, the kubelet's default root, so the executor gets no
+	// --cgroup-root.
+	v2, _ := hostLayout(t).Unified()
+	v2mount := v2.Mountpoint
 	if version := strings.TrimSpace(e.must(t, "info", "--format", "{{.Host.CgroupsVersion}}")); version != "v2" {
 		// A hybrid host has the v2 hierarchy beside the v1 ones: show it to
 		// podman as /sys/fs/cgroup. Only a host without cgroup2 at all cannot
@@ -185,9 +180,21 @@ func TestPrivateCgroupNamespaceV2Evacuation(t *testing.T) {
 	}
 	// --pids-limit=0: podman's default limit needs the pids controller, which
 	// a hybrid host keeps in its v1 hierarchy.
-	c := e.runDetached(t, []string{"--privileged", "--cgroupns=private", "--pids-limit=0"}, taskNode(nil)...)
+	id := "e2e" + randomID()
+	c := e.runDetached(t, []string{"--privileged", "--cgroupns=private", "--pids-limit=0", "-e", "MESOS_CONTAINER_NAME=mesos-" + id},
+		taskNode([]string{"--require-cgroup"})...)
 	c.waitFile(t, "executor.ready")
 	c.waitFile(t, "proxy.ready")
+	r := testenv.ReadReport(t, c.path("executor.json"))
+	if slices.ContainsFunc(r.Args, func(a string) bool { return strings.HasPrefix(a, "--cgroup-root") }) {
+		t.Errorf("executor args %q have a --cgroup-root: the namespace root is the kubelet's default", r.Args)
+	}
+	if want := "MESOS_EXECUTOR_CONTAINER_UUID=" + id; !slices.Contains(r.Env, want) {
+		t.Errorf("executor environment lacks %s", want)
+	}
+	if want := "the container's cgroup / is the root of the cgroup mounts"; !strings.Contains(c.logs(t), want) {
+		t.Errorf("nodeinit's log does not say %q:\n%s", want, c.logs(t))
+	}
 
 	for _, task := range []string{"executor", "proxy"} {
 		if got := v2Line(testenv.ReadReport(t, c.path(task+".json")).Cgroup); got != "/init" {

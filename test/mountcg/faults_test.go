@@ -33,7 +33,7 @@ func TestReadOnlyCgroupfs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l := layout(t)
-			c := newContainer(t, l)
+			c := newContainer(t, l, false)
 			var readOnly, names []string
 			for _, h := range l.Hierarchies {
 				if tt.one && (h.Unified || len(readOnly) > 0) {
@@ -44,7 +44,7 @@ func TestReadOnlyCgroupfs(t *testing.T) {
 			}
 			testenv.Require(t, len(readOnly) > 0, "a v1 cgroup hierarchy")
 			what := strings.Join(names, " ") + " hierarch"
-			env := []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}
+			env := []string{cgroups.EnvMesosDirectory + "=/x/runs/" + c.id}
 			if tt.require {
 				n := startNodeWith(t, nodeOptions{readOnly: readOnly}, env, c.prefixFlag(), "--require-cgroup")
 				n.expectFatal("Cannot join", c.cgroup, what, "mounted read-only")
@@ -79,7 +79,7 @@ func TestCgroupRemovedBeforeJoin(t *testing.T) {
 	for _, require := range []bool{false, true} {
 		name := map[bool]string{false: "warns and runs", true: "fatal with --require-cgroup"}[require]
 		t.Run(name, func(t *testing.T) {
-			c := newContainer(t, layout(t))
+			c := newContainer(t, layout(t), false)
 			for _, dir := range c.dirs {
 				removeCgroup(t, dir, false)
 			}
@@ -100,42 +100,70 @@ func TestCgroupRemovedBeforeJoin(t *testing.T) {
 }
 
 // The cgroup was removed from one v1 hierarchy only: nodeinit joins it in
-// the others and warns for that one, naming it and where nodeinit stays.
-// This is the documented behaviour with --require-cgroup too (a cgroup is
-// joined "in every mounted v1 hierarchy where it exists").
+// the others and says where it stays in that one. A hierarchy the kubelet
+// does not check (devices, blkio, freezer) leaves the cgroup usable as its
+// root, also with --require-cgroup; one it checks makes the cgroup
+// unusable: a warning naming it, no --cgroup-root, and with
+// --require-cgroup exit 1.
 func TestCgroupRemovedFromOneHierarchy(t *testing.T) {
 	l := layout(t)
-	var gone cgroups.Hierarchy
-	for _, h := range l.Hierarchies {
-		if !h.Unified {
-			gone = h
-			break
+	kubelet := cgroups.KubeletHierarchies(l)
+	var others, checked *cgroups.Hierarchy
+	for i, h := range l.Hierarchies {
+		switch isKubelet := slices.ContainsFunc(kubelet, func(k cgroups.Hierarchy) bool { return k.Name() == h.Name() }); {
+		case h.Unified:
+		case isKubelet && checked == nil:
+			checked = &l.Hierarchies[i]
+		case !isKubelet && others == nil:
+			others = &l.Hierarchies[i]
 		}
 	}
-	testenv.Require(t, gone.Controllers != nil && len(l.Hierarchies) > 1, "a v1 cgroup hierarchy and another one")
-	c := newContainer(t, l)
-	target := c.cgroup
-	removeCgroup(t, c.dirs[gone.Name()], false)
+	for name, gone := range map[string]*cgroups.Hierarchy{"a hierarchy the kubelet ignores": others, "a hierarchy the kubelet checks": checked} {
+		t.Run(name, func(t *testing.T) {
+			testenv.Require(t, gone != nil && len(l.Hierarchies) > 1, name+" and another one")
+			c := newContainer(t, l, false)
+			target := c.cgroup
+			removeCgroup(t, c.dirs[gone.Name()], false)
+			env := []string{cgroups.EnvMesosDirectory + "=/x/runs/" + c.id}
+			usable := gone == others
 
-	n := startNode(t, []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}, c.prefixFlag(), "--require-cgroup")
-	r, _ := n.waitReady()
-	for _, h := range l.Hierarchies {
-		got, want := inHierarchy(r.Cgroup, h), target
-		if h.Name() == gone.Name() {
-			want = gone.Current
-		}
-		if got != want {
-			t.Errorf("executor in %q of the %s hierarchy, want %s", got, h.Name(), want)
-		}
-	}
-	if w := n.Lines('W', target, "the "+gone.Name()+" hierarchy", "staying in"); len(w) != 1 {
-		t.Errorf("want one warning naming %s, the %s hierarchy and where nodeinit stays; log:\n%s", target, gone.Name(), n.Log())
-	}
-	if i := n.Lines('I', "joined cgroup "+target); len(i) != 1 {
-		t.Errorf("want one line saying nodeinit joined %s; log:\n%s", target, n.Log())
-	}
-	if code := n.stop(); code != 0 {
-		t.Errorf("nodeinit exited %d after TERM, want 0", code)
+			n := startNode(t, env, c.prefixFlag())
+			r, _ := n.waitReady()
+			for _, h := range l.Hierarchies {
+				got, want := inHierarchy(r.Cgroup, h), target
+				if h.Name() == gone.Name() {
+					want = gone.Current
+				}
+				if got != want {
+					t.Errorf("executor in %q of the %s hierarchy, want %s", got, h.Name(), want)
+				}
+			}
+			if i := n.Lines('I', target, "exists only in the", "staying in "+gone.Name()+":"+gone.Current+" there"); len(i) != 1 {
+				t.Errorf("want one line naming %s, where nodeinit stays in the %s hierarchy; log:\n%s", target, gone.Name(), n.Log())
+			}
+			if i := n.Lines('I', "joined cgroup "+target); len(i) != 1 {
+				t.Errorf("want one line saying nodeinit joined %s; log:\n%s", target, n.Log())
+			}
+			rooted := slices.Contains(r.Args, "--cgroup-root="+target)
+			w := n.Lines('W', target, "cannot be the kubelet's cgroup root", "it does not exist in the "+gone.Name()+" hierarchy")
+			if rooted != usable || len(w) != map[bool]int{true: 0, false: 1}[usable] || len(n.Lines('W')) != len(w) {
+				t.Errorf("--cgroup-root passed: %v, warnings %q; want it passed %v and a warning only if not; log:\n%s", rooted, n.Lines('W'), usable, n.Log())
+			}
+			if code := n.stop(); code != 0 {
+				t.Errorf("nodeinit exited %d after TERM, want 0", code)
+			}
+
+			n = startNode(t, env, c.prefixFlag(), "--require-cgroup")
+			if usable {
+				r, _ := n.waitReady()
+				if !slices.Contains(r.Args, "--cgroup-root="+target) {
+					t.Errorf("with --require-cgroup: executor args %q lack --cgroup-root=%s", r.Args, target)
+				}
+				n.stop()
+				return
+			}
+			n.expectFatal("Cannot join", target, "cannot be the kubelet's cgroup root", gone.Name())
+		})
 	}
 }
 
@@ -155,16 +183,16 @@ func TestV2CgroupWithControllersUsesTheLeaf(t *testing.T) {
 	ctrls := strings.Fields(string(avail))
 	// On a hybrid host every controller may be bound to v1.
 	testenv.Require(t, len(ctrls) > 0, "a controller available in the unified hierarchy")
-	c := newContainer(t, l)
+	c := newContainer(t, l, false)
 	target := c.cgroup
 	dir := c.dirs[h.Name()]
 	enableController(t, root, ctrls[0])
 	enableController(t, filepath.Dir(dir), ctrls[0])
 	enableController(t, dir, ctrls[0])
 
-	n := startNode(t, []string{cgroups.EnvMesosContainerName + "=mesos-" + c.id}, c.prefixFlag(), "--require-cgroup")
+	n := startNode(t, []string{cgroups.EnvMesosDirectory + "=/x/runs/" + c.id}, c.prefixFlag(), "--require-cgroup")
 	r, _ := n.waitReady()
-	leaf := path.Join(target, cgroups.DefaultLeaf)
+	leaf := path.Join(target, "nodeinit") // --cgroup-v2-leaf's default
 	for _, hh := range l.Hierarchies {
 		want := target
 		if hh.Unified {
@@ -218,13 +246,14 @@ func (n *node) expectFatal(words ...string) {
 }
 
 // container is the cgroup of a Mesos container made for one test,
-// /<prefix>/<id>, under a prefix of its own (nodeinit gets it as
-// --mesos-cgroup-prefix): tests that run at the same time, in this package
-// or another, never share a parent that one of them removes.
+// /<prefix>/<id> or, nested, /<prefix>/<parent>/mesos/<id>, under a prefix
+// of its own (nodeinit gets it as --mesos-cgroup-prefix): tests that run at
+// the same time, in this package or another, never share a parent that
+// one of them removes.
 type container struct {
-	prefix, id string
-	cgroup     string            // /<prefix>/<id>
-	dirs       map[string]string // its directory in each hierarchy, by name
+	prefix, parent, id string
+	cgroup             string            // /<prefix>/<id> or /<prefix>/<parent>/mesos/<id>
+	dirs               map[string]string // its directory in each hierarchy, by name
 }
 
 // prefixFlag is nodeinit's flag for the container's prefix.
@@ -234,12 +263,19 @@ func (c container) prefixFlag() string { return "--mesos-cgroup-prefix=" + c.pre
 // Mesos agent would, and removes it when the test ends (after nodeinit,
 // whose cleanup the test registers later and so runs first), with the v2
 // leaf nodeinit may have made in it.
-func newContainer(t *testing.T, l cgroups.Layout) container {
+func newContainer(t *testing.T, l cgroups.Layout, nested bool) container {
 	t.Helper()
 	id := randomID(t)
 	c := container{prefix: "mesos-" + id, id: id}
-	c.cgroup = "/" + c.prefix + "/" + id
-	c.dirs = makeCgroups(t, l, "/"+c.prefix, c.cgroup)
+	paths := []string{"/" + c.prefix}
+	if nested {
+		c.parent = "p-" + id
+		paths = append(paths, "/"+c.prefix+"/"+c.parent, "/"+c.prefix+"/"+c.parent+"/mesos")
+		c.cgroup = "/" + c.prefix + "/" + c.parent + "/mesos/" + id
+	} else {
+		c.cgroup = "/" + c.prefix + "/" + id
+	}
+	c.dirs = makeCgroups(t, l, append(paths, c.cgroup)...)
 	return c
 }
 

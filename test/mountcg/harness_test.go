@@ -41,7 +41,18 @@ func startNode(t *testing.T, env []string, flags ...string) *node {
 type nodeOptions struct {
 	propagation string   // unshare's --propagation for the new mount namespace
 	readOnly    []string // mount points remounted read-only in nodeinit's mount namespace first
+	// executorArgs go after the executor's own (as positional arguments
+	// of the task helper, which records them).
+	executorArgs []string
+	// cgroups are cgroup directories nodeinit starts in, as a container
+	// runtime starts a container's first process in the container's
+	// cgroups: a shell moves itself into each, then execs nodeinit.
+	cgroups []string
 }
+
+// startInCgroups is the shell that moves itself into the cgroup directories
+// before "--" and execs the command after it.
+const startInCgroups = `while [ "$1" != -- ]; do echo 0 > "$1/cgroup.procs" || exit 99; shift; done; shift; exec "$@"`
 
 // startNodeWith is startNode with options.
 func startNodeWith(t *testing.T, o nodeOptions, env []string, flags ...string) *node {
@@ -54,12 +65,17 @@ func startNodeWith(t *testing.T, o nodeOptions, env []string, flags ...string) *
 		"--proxy-arg=--ready=" + path("proxy.ready")}, flags...)
 	// The trailing "node" ends the task's own flags, so that what nodeinit
 	// appends for the executor (--cgroup-root) lands in its arguments.
-	args = append(args, "--", task, "--report="+path("executor.json"), "--ready="+path("executor.ready"), "node")
+	args = append(append(args, "--", task, "--report="+path("executor.json"), "--ready="+path("executor.ready"), "node"), o.executorArgs...)
+	bin := testenv.Build(t, "./cmd/nodeinit")
+	if len(o.cgroups) > 0 {
+		args = append(append(append([]string{"-c", startInCgroups, "sh"}, o.cgroups...), "--", bin), args...)
+		bin = "/bin/sh"
+	}
 	return &node{t: t, Node: testenv.Launch(t, testenv.Options{
 		MountNS: true, Propagation: o.propagation, ReadOnly: o.readOnly, Env: env, Dir: dir,
 		// unshare --mount-proc makes a mount namespace of private mounts,
 		// so a read-only remount cannot reach the host.
-		Binary: testenv.Build(t, "./cmd/nodeinit"),
+		Binary: bin,
 	}, args...)}
 }
 

@@ -4,9 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/mountns"
@@ -54,20 +56,17 @@ func TestMakeRSharedSharesRoot(t *testing.T) {
 	n := startNode(t, nil, "--make-rshared")
 	n.waitReady()
 	pid := n.Pid()
-	mounts, err := mountns.ReadMountinfo("/proc/" + itoa(pid) + "/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var root *mountns.Mount
-	for i := range mounts {
-		if mounts[i].Mountpoint == "/" {
-			root = &mounts[i] // the last one on / is the visible one
+	mounts := readMountinfo(t, "/proc/"+itoa(pid)+"/mountinfo")
+	var root *mountinfo.Info
+	for _, m := range mounts {
+		if m.Mountpoint == "/" {
+			root = m // the last one on / is the visible one
 		}
 	}
 	if root == nil {
 		t.Fatal("no / in nodeinit's mountinfo")
 	}
-	if _, shared := root.Shared(); !shared {
+	if !strings.Contains(" "+root.Optional+" ", " shared:") {
 		t.Errorf("/ is not shared in nodeinit's namespace: %q", root.Optional)
 	}
 	if code := n.stop(); code != 0 {
@@ -104,18 +103,24 @@ func sharedTmpfs(t *testing.T) string {
 	return dir
 }
 
-func mountedIn(t *testing.T, mountinfo, path string) bool {
+// readMountinfo parses a /proc/PID/mountinfo.
+func readMountinfo(t *testing.T, file string) []*mountinfo.Info {
 	t.Helper()
-	mounts, err := mountns.ReadMountinfo(mountinfo)
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range mounts {
-		if m.Mountpoint == path {
-			return true
-		}
+	defer f.Close()
+	mounts, err := mountinfo.GetMountsFromReader(f, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
 	}
-	return false
+	return mounts
+}
+
+func mountedIn(t *testing.T, file, path string) bool {
+	t.Helper()
+	return slices.ContainsFunc(readMountinfo(t, file), func(m *mountinfo.Info) bool { return m.Mountpoint == path })
 }
 
 func TestPrivateMountnsReceivesHostMountsAndKeepsItsOwn(t *testing.T) {
