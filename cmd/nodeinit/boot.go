@@ -71,6 +71,9 @@ func boot(cfg *config.Config) int {
 	defer sink.Flush(2 * time.Second)
 
 	klog.InfoS("Starting nodeinit", "version", version, "pid", os.Getpid())
+	for _, w := range cfg.Warnings() {
+		klog.Warning(w)
+	}
 	if mountns.InPrivate() {
 		klog.InfoS("Running in a private mount namespace; host mounts propagate in, the node's do not leak out")
 	}
