@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -119,7 +120,7 @@ func startCluster(t *testing.T) (c *cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the host's state: %w", err)
 	}
-	if err := refuseLiveNode(); err != nil {
+	if err := refuseLiveNode(base); err != nil {
 		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "nodeinit-k8s-")
@@ -173,14 +174,32 @@ func startCluster(t *testing.T) (c *cluster, err error) {
 	return c, nil
 }
 
-// refuseLiveNode stops the fixture from running over a real node: a kubelet
-// of the host, or a containerd the host runs on its default socket, would
-// lose pods and rules to the clean-up.
-func refuseLiveNode() error {
+// refuseLiveNode stops the fixture from running over a node: a kubelet or
+// control plane of the host, or what a node leaves (pod cgroups, the
+// kubelet's directory, kube-proxy's rules, the pod bridge), which the
+// clean-up would take for its own. A run that was killed leaves these
+// behind too: then they are named, to be removed by hand.
+func refuseLiveNode(base *hostState) error {
 	for _, name := range []string{"kubelet", "kube-proxy", "kube-apiserver", "etcd"} {
 		if pids := processesNamed(name); len(pids) > 0 {
 			return fmt.Errorf("a %s runs on this host already (pid %v): the real-node tests need a machine of their own", name, pids)
 		}
+	}
+	var found []string
+	if base.paths["/var/lib/kubelet"] {
+		found = append(found, "/var/lib/kubelet")
+	}
+	found = append(found, base.cgroups...)
+	for t, listing := range base.tables {
+		if strings.HasSuffix(t, " kube-proxy") || strings.Contains(listing, "KUBE-") {
+			found = append(found, "nftables table "+t+" with kube-proxy's or the kubelet's rules")
+		}
+	}
+	if slices.Contains(base.links, bridgeName) {
+		found = append(found, "network link "+bridgeName)
+	}
+	if len(found) > 0 {
+		return fmt.Errorf("this host has a node's state already (a node of its own, or a test run that was killed): %s", strings.Join(found, "; "))
 	}
 	return nil
 }

@@ -28,7 +28,9 @@ type server struct {
 }
 
 // startServer starts argv in a process group of its own (a TERM the test
-// receives is not its), with its output in dir/NAME.log.
+// receives is not its), with its output in dir/NAME.log. If the test
+// process dies without stopping it (a test binary's timeout panic), the
+// kernel kills it.
 func startServer(dir, name string, argv ...string) (*server, error) {
 	s := &server{name: name, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
 	out, err := os.Create(s.log)
@@ -38,7 +40,7 @@ func startServer(dir, name string, argv ...string) (*server, error) {
 	defer out.Close()
 	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Stdout, s.cmd.Stderr = out, out
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
