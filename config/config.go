@@ -53,9 +53,14 @@ type Proxy struct {
 	Run  bool   `json:"run"`
 	Path string `json:"path"`
 	// Args are appended verbatim after the flags nodeinit assembles.
-	Args             []string  `json:"args,omitempty"`
-	Mode             string    `json:"mode"`
-	BindAll          bool      `json:"bindAll"`
+	Args []string `json:"args,omitempty"`
+	Mode string   `json:"mode"`
+	// BindAll passes --bind-address=0.0.0.0. Deprecated: since Kubernetes
+	// 1.26 --bind-address binds nothing; it only overrides the node's
+	// primary IP, and 0.0.0.0 leaves kube-proxy to find it, as no flag does.
+	BindAll bool `json:"bindAll"`
+	// BindAddress is kube-proxy's --bind-address: the node's primary IP as
+	// kube-proxy sees it. Empty takes the executor's --node-ip.
 	BindAddress      string    `json:"bindAddress,omitempty"`
 	LogV             int32     `json:"logV"`
 	Conntrack        Conntrack `json:"conntrack"`
@@ -65,11 +70,15 @@ type Proxy struct {
 	RestartBackoff   Backoff   `json:"restartBackoff"`
 }
 
-// Conntrack settings; zero leaves the kernel's value alone.
+// Conntrack is what nodeinit tells kube-proxy about the kernel's connection
+// tracking. A field left out (nil) is not passed, so kube-proxy applies its
+// own default (32768 entries per core, at least 131072, 24h); a field set
+// is passed as it is, and 0 tells kube-proxy to leave that kernel value
+// alone.
 type Conntrack struct {
-	MaxPerCore            int32    `json:"maxPerCore"`
-	Min                   int32    `json:"min"`
-	TCPTimeoutEstablished Duration `json:"tcpTimeoutEstablished"`
+	MaxPerCore            *int32    `json:"maxPerCore,omitempty"`
+	Min                   *int32    `json:"min,omitempty"`
+	TCPTimeoutEstablished *Duration `json:"tcpTimeoutEstablished,omitempty"`
 }
 
 // Backoff is the proxy's restart delay: it starts at Initial, doubles up to

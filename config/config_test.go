@@ -23,6 +23,8 @@ func writeFile(t *testing.T, name, text string) string {
 	return p
 }
 
+func i32(v int32) *int32 { return &v }
+
 const header = "kind: NodeInitConfig\napiVersion: nodeinit/v1alpha1\n"
 
 func TestLoadKeepsDefaultsForFieldsTheFileLeavesOut(t *testing.T) {
@@ -53,14 +55,43 @@ func TestLoadReadsDurationsAndSizes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ShutdownGracePeriod.Duration != 90*time.Second || got.Proxy.Conntrack.TCPTimeoutEstablished.Duration != 24*time.Hour ||
-		got.Logging.MaxSize != 1536 || got.Logging.MaxBackups != 0 {
+	if got.ShutdownGracePeriod.Duration != 90*time.Second || got.Proxy.Conntrack.TCPTimeoutEstablished == nil ||
+		got.Proxy.Conntrack.TCPTimeoutEstablished.Duration != 24*time.Hour || got.Logging.MaxSize != 1536 || got.Logging.MaxBackups != 0 {
 		t.Errorf("got grace %v, timeout %v, size %v, backups %d", got.ShutdownGracePeriod, got.Proxy.Conntrack.TCPTimeoutEstablished,
 			got.Logging.MaxSize, got.Logging.MaxBackups)
 	}
 	got, err = Load(writeFile(t, "c.yaml", header+"logging:\n  maxSize: 20971520\n"))
 	if err != nil || got.Logging.MaxSize != 20 {
 		t.Errorf("maxSize in plain bytes: got %v, %v; want 20Mi", got.Logging.MaxSize, err)
+	}
+}
+
+// A conntrack field left out stays unset (kube-proxy's default); one written
+// as 0, as files written for earlier releases do, is an explicit 0.
+func TestLoadTellsConntrackUnsetFromZero(t *testing.T) {
+	got, err := Load(writeFile(t, "c.yaml", header+"proxy:\n  conntrack:\n    maxPerCore: 0\n    min: null\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := got.Proxy.Conntrack
+	if c.MaxPerCore == nil || *c.MaxPerCore != 0 || c.Min != nil || c.TCPTimeoutEstablished != nil {
+		t.Errorf("conntrack: maxPerCore %v, min %v, tcpTimeoutEstablished %v; want 0, unset, unset", c.MaxPerCore, c.Min, c.TCPTimeoutEstablished)
+	}
+	_, err = Load(writeFile(t, "bad.yaml", header+"proxy:\n  conntrack:\n    maxPerCore: lots\n    tcpTimeoutEstablished: 1d\n"))
+	if err == nil || !strings.Contains(err.Error(), `proxy.conntrack.maxPerCore: Invalid value: "lots": must be a whole number that fits in 32 bits`) ||
+		!strings.Contains(err.Error(), `proxy.conntrack.tcpTimeoutEstablished: Invalid value: "1d": must be a duration like "10s" or "1m30s"`) {
+		t.Errorf("mistyped conntrack fields: %v", err)
+	}
+}
+
+func TestWarningsNameDeprecatedSettings(t *testing.T) {
+	c := Default()
+	if w := c.Warnings(); len(w) != 0 {
+		t.Errorf("defaults warn: %q", w)
+	}
+	c.Proxy.BindAll = true
+	if w := c.Warnings(); len(w) != 1 || !strings.Contains(w[0], "--proxy-bindall") || !strings.Contains(w[0], "deprecated") {
+		t.Errorf("bindAll: warnings %q; want one naming --proxy-bindall as deprecated", w)
 	}
 }
 
@@ -201,9 +232,22 @@ func TestValidateRejects(t *testing.T) {
 		{"empty mode", func(c *Config) { c.Proxy.Mode = "" }, `proxy.mode: Required value: supported values: "iptables", "ipvs", "nftables"`},
 		{"bind address not an IP", func(c *Config) { c.Proxy.BindAddress = "node-1" }, `proxy.bindAddress: Invalid value: "node-1": must be an IP address like 10.0.0.5 or fd00::5`},
 		{"negative logV", func(c *Config) { c.Proxy.LogV = -1 }, `proxy.logV: Invalid value: -1: must be non-negative`},
-		{"negative maxPerCore", func(c *Config) { c.Proxy.Conntrack.MaxPerCore = -5 }, `proxy.conntrack.maxPerCore: Invalid value: -5: must be non-negative`},
-		{"negative conntrack min", func(c *Config) { c.Proxy.Conntrack.Min = -5 }, `proxy.conntrack.min: Invalid value: -5: must be non-negative`},
-		{"negative tcp timeout", func(c *Config) { c.Proxy.Conntrack.TCPTimeoutEstablished = d("-1h") }, `proxy.conntrack.tcpTimeoutEstablished: Invalid value: "-1h0m0s": must be non-negative`},
+		{"negative maxPerCore", func(c *Config) { c.Proxy.Conntrack.MaxPerCore = i32(-5) }, `proxy.conntrack.maxPerCore: Invalid value: -5: must be non-negative`},
+		{"negative conntrack min", func(c *Config) { c.Proxy.Conntrack.Min = i32(-5) }, `proxy.conntrack.min: Invalid value: -5: must be non-negative`},
+		{"negative tcp timeout", func(c *Config) { t := d("-1h"); c.Proxy.Conntrack.TCPTimeoutEstablished = &t }, `proxy.conntrack.tcpTimeoutEstablished: Invalid value: "-1h0m0s": must be non-negative`},
+		{"mode with a kube-proxy config file", func(c *Config) {
+			c.Proxy.Mode, c.Proxy.Args = "nftables", []string{"--v=2", "--config=/etc/kube-proxy.yaml"}
+		}, `proxy.mode: Forbidden: ignored by kube-proxy, which takes its settings from --config=/etc/kube-proxy.yaml (in proxy.args): set it in that KubeProxyConfiguration instead`},
+		{"every setting kube-proxy ignores with a config file", func(c *Config) {
+			c.Proxy.Args = []string{"--config", "/k.yaml"}
+			c.Proxy.BindAll, c.Proxy.BindAddress, c.Proxy.Kubeconfig = true, "10.0.0.5", "/kubeconfig"
+			c.Proxy.Conntrack = Conntrack{MaxPerCore: i32(0), Min: i32(1), TCPTimeoutEstablished: &Duration{}}
+		}, `proxy.bindAll: Forbidden: ignored by kube-proxy, which takes its settings from --config=/k.yaml (in proxy.args): set it in that KubeProxyConfiguration instead
+proxy.bindAddress: Forbidden: ignored by kube-proxy, which takes its settings from --config=/k.yaml (in proxy.args): set it in that KubeProxyConfiguration instead
+proxy.conntrack.maxPerCore: Forbidden: ignored by kube-proxy, which takes its settings from --config=/k.yaml (in proxy.args): set it in that KubeProxyConfiguration instead
+proxy.conntrack.min: Forbidden: ignored by kube-proxy, which takes its settings from --config=/k.yaml (in proxy.args): set it in that KubeProxyConfiguration instead
+proxy.conntrack.tcpTimeoutEstablished: Forbidden: ignored by kube-proxy, which takes its settings from --config=/k.yaml (in proxy.args): set it in that KubeProxyConfiguration instead
+proxy.kubeconfig: Forbidden: ignored by kube-proxy, which takes its settings from --config=/k.yaml (in proxy.args): set it in that KubeProxyConfiguration instead`},
 		{"NUL in kubeconfig", func(c *Config) { c.Proxy.Kubeconfig = "\x00" }, `proxy.kubeconfig: Invalid value: "\x00": must not contain a NUL byte`},
 		{"NUL in master", func(c *Config) { c.Proxy.Master = "\x00" }, `proxy.master: Invalid value: "\x00": must not contain a NUL byte`},
 		{"hostname not a node name", func(c *Config) { c.Proxy.HostnameOverride = "node_1" }, `proxy.hostnameOverride: Invalid value: "node_1": must be a node name: DNS labels of letters, digits and '-', joined by '.', at most 253 characters`},

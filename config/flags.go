@@ -58,19 +58,22 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 
 	// Node configuration: what the proxy and the executor are given.
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Proxy.BindAll }, "proxy-bindall", "proxy.bindAll",
-		"make the proxy listen on all addresses (--bind-address=0.0.0.0); wins over --proxy-bind-address")
+		"deprecated: passes --bind-address=0.0.0.0, which since Kubernetes 1.26 binds nothing and leaves kube-proxy to find the node's IP, as no address does; wins over --proxy-bind-address")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.BindAddress }, "proxy-bind-address", "proxy.bindAddress",
-		"the `IP` address the proxy listens on (default: the executor's own --address or --node-ip, if it has one)")
+		"kube-proxy's --bind-address: the node's primary `IP` as kube-proxy sees it (since Kubernetes 1.26 it binds nothing); default: the first address of the executor's --node-ip, if it has one")
 	add(f, fs.Int32Var, func(c *Config) *int32 { return &c.Proxy.LogV }, "proxy-logv", "proxy.logV",
 		"the proxy's log verbosity, passed as --v")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Mode }, "proxy-mode", "proxy.mode",
 		"the proxy's `MODE`: iptables, ipvs or nftables")
-	add(f, fs.Int32Var, func(c *Config) *int32 { return &c.Proxy.Conntrack.MaxPerCore }, "conntrack-max-per-core", "proxy.conntrack.maxPerCore",
-		"conntrack entries to allow per CPU core, passed to the proxy (0 leaves the kernel's limit alone)")
-	add(f, fs.Int32Var, func(c *Config) *int32 { return &c.Proxy.Conntrack.Min }, "conntrack-min", "proxy.conntrack.min",
-		"the least conntrack entries to allow whatever the core count, passed to the proxy (0 leaves it alone)")
-	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.Conntrack.TCPTimeoutEstablished.Duration }, "conntrack-tcp-timeout-established", "proxy.conntrack.tcpTimeoutEstablished",
-		"idle timeout of established TCP connections in conntrack, passed to the proxy (0 leaves it alone)")
+	addOptional(f, func(c *Config) **int32 { return &c.Proxy.Conntrack.MaxPerCore }, parseInt32, formatInt32, "int32",
+		"conntrack-max-per-core", "proxy.conntrack.maxPerCore",
+		"kube-proxy's --conntrack-max-per-core: conntrack entries to allow per CPU core; unset: kube-proxy's default (32768); 0 leaves the kernel's limit alone")
+	addOptional(f, func(c *Config) **int32 { return &c.Proxy.Conntrack.Min }, parseInt32, formatInt32, "int32",
+		"conntrack-min", "proxy.conntrack.min",
+		"kube-proxy's --conntrack-min: the least conntrack entries to allow whatever the core count; unset: kube-proxy's default (131072); 0: no floor")
+	addOptional(f, func(c *Config) **Duration { return &c.Proxy.Conntrack.TCPTimeoutEstablished }, parseDuration, Duration.String, "duration",
+		"conntrack-tcp-timeout-established", "proxy.conntrack.tcpTimeoutEstablished",
+		"kube-proxy's --conntrack-tcp-timeout-established: idle timeout of established TCP connections in conntrack; unset: kube-proxy's default (24h); 0 leaves the kernel's timeout alone")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Kubeconfig }, "proxy-kubeconfig", "proxy.kubeconfig",
 		"the kubeconfig `FILE` the proxy uses to reach the API server")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Master }, "master", "proxy.master",
@@ -125,6 +128,13 @@ func addValue[T any, P interface {
 	pflag.Value
 }](f *Flags, field func(*Config) *T, flag, path, usage string) {
 	f.fs.Var(P(field(&f.values)), flag, usage)
+	bind(f, flag, path, field)
+}
+
+// addOptional defines a flag for a setting that may be left unset (a nil
+// pointer), which differs from every value it can be set to, 0 included.
+func addOptional[T any](f *Flags, field func(*Config) **T, parse func(string) (T, error), format func(T) string, typ, flag, path, usage string) {
+	f.fs.Var(optional[T]{field(&f.values), parse, format, typ}, flag, usage)
 	bind(f, flag, path, field)
 }
 
@@ -323,3 +333,48 @@ func (a autoBool) Set(s string) error {
 }
 
 func (a autoBool) Type() string { return "bool" }
+
+// optional is the flag value of a setting held as a pointer: nil until the
+// flag is given, and shown as empty in the help.
+type optional[T any] struct {
+	p      **T
+	parse  func(string) (T, error)
+	format func(T) string
+	typ    string
+}
+
+func (o optional[T]) String() string {
+	if o.p == nil || *o.p == nil {
+		return ""
+	}
+	return o.format(**o.p)
+}
+
+func (o optional[T]) Set(s string) error {
+	v, err := o.parse(s)
+	if err != nil {
+		return err
+	}
+	*o.p = &v
+	return nil
+}
+
+func (o optional[T]) Type() string { return o.typ }
+
+func parseInt32(s string) (int32, error) {
+	v, err := strconv.ParseInt(s, 0, 32)
+	if err != nil {
+		return 0, errors.New("must be a whole number that fits in 32 bits")
+	}
+	return int32(v), nil
+}
+
+func formatInt32(v int32) string { return strconv.Itoa(int(v)) }
+
+func parseDuration(s string) (Duration, error) {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return Duration{}, errors.New(`must be a duration like "24h" or "1h30m"`)
+	}
+	return Duration{v}, nil
+}

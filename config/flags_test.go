@@ -31,7 +31,7 @@ func TestFlagsHaveTheContractsNamesAndDefaults(t *testing.T) {
 		"run-proxy": "true", "proxy-path": "kube-proxy", "proxy-arg": "[]", "shutdown-grace-period": "10s",
 		"proxy-restart-backoff": "1s", "proxy-restart-backoff-max": "30s", "proxy-restart-backoff-reset": "1m0s",
 		"proxy-bindall": "false", "proxy-bind-address": "", "proxy-logv": "0", "proxy-mode": "iptables",
-		"conntrack-max-per-core": "0", "conntrack-min": "0", "conntrack-tcp-timeout-established": "0s",
+		"conntrack-max-per-core": "", "conntrack-min": "", "conntrack-tcp-timeout-established": "",
 		"proxy-kubeconfig": "", "master": "", "hostname-override": "", "path-override": "",
 		"contain-pod-resources": "true", "log-dir": "", "max-log-size": "10Mi", "max-log-backups": "5",
 		"max-log-age": "7", "ready-url": "",
@@ -69,7 +69,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--run-proxy=false", "--proxy-path=/opt/kube-proxy", "--proxy-arg=--a", "--proxy-arg", "-b c",
 		"--shutdown-grace-period=1m", "--proxy-restart-backoff=2s", "--proxy-restart-backoff-max=40s",
 		"--proxy-restart-backoff-reset=2m", "--proxy-bindall", "--proxy-bind-address=10.1.2.3", "--proxy-logv=4",
-		"--proxy-mode=nftables", "--conntrack-max-per-core=100", "--conntrack-min=200",
+		"--proxy-mode=nftables", "--conntrack-max-per-core=100", "--conntrack-min=0",
 		"--conntrack-tcp-timeout-established=24h", "--proxy-kubeconfig=/k", "--master=https://m:6443",
 		"--hostname-override=Node-A", "--path-override=/p", "--contain-pod-resources=false", "--log-dir=/l",
 		"--max-log-size=1.5Gi", "--max-log-backups=0", "--max-log-age=30", "--ready-url=http://127.0.0.1:10248/healthz",
@@ -83,7 +83,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		Kind: Kind, APIVersion: APIVersion,
 		Executor: Executor{Path: "/bin/kubelet", Args: []string{"--v=2"}},
 		Proxy: Proxy{Run: false, Path: "/opt/kube-proxy", Args: []string{"--a", "-b c"}, Mode: "nftables", BindAll: true,
-			BindAddress: "10.1.2.3", LogV: 4, Conntrack: Conntrack{100, 200, Duration{24 * time.Hour}}, Kubeconfig: "/k",
+			BindAddress: "10.1.2.3", LogV: 4, Conntrack: Conntrack{i32(100), i32(0), &Duration{24 * time.Hour}}, Kubeconfig: "/k",
 			Master: "https://m:6443", HostnameOverride: "Node-A",
 			RestartBackoff: Backoff{Duration{2 * time.Second}, Duration{40 * time.Second}, Duration{2 * time.Minute}}},
 		ShutdownGracePeriod: Duration{time.Minute},
@@ -149,6 +149,7 @@ cgroup:
 func TestBadCommandLinesAreUsageErrors(t *testing.T) {
 	withRShared := writeFile(t, "rshared.yaml", header+"mountNamespace: {makeRShared: true}\nproxy: {restartBackoff: {max: 5s}}\n")
 	badFile := writeFile(t, "bad.yaml", header+"proxy: {mode: userspace}\n")
+	withKubeconfig := writeFile(t, "kubeconfig.yaml", header+"proxy: {kubeconfig: /etc/kubernetes/proxy.conf}\n")
 	for _, tc := range []struct {
 		argv []string
 		want string
@@ -181,6 +182,12 @@ func TestBadCommandLinesAreUsageErrors(t *testing.T) {
 			`invalid argument "/" for "--mesos-cgroup-prefix" flag: must be the Mesos agent's --cgroups_root, a cgroup path such as "mesos" or "system.slice/mesos", without empty, "." or ".." elements`},
 		{nil, "no EXECUTOR given: name the program to run after nodeinit's flags, or as executor.path in the --config file"},
 		{[]string{"--proxy-mode=userspace"}, `invalid argument "userspace" for "--proxy-mode" flag: supported values: "iptables", "ipvs", "nftables"`},
+		{[]string{"--proxy-arg=--config=/etc/kube-proxy.yaml", "--proxy-mode=nftables", "kubelet"},
+			`invalid argument "nftables" for "--proxy-mode" flag: ignored by kube-proxy, which takes its settings from --config=/etc/kube-proxy.yaml (in --proxy-arg): set it in that KubeProxyConfiguration instead`},
+		{[]string{"--proxy-arg=--config", "--proxy-arg=/k.yaml", "--conntrack-max-per-core=0", "kubelet"},
+			`invalid argument 0 for "--conntrack-max-per-core" flag: ignored by kube-proxy, which takes its settings from --config=/k.yaml (in --proxy-arg): set it in that KubeProxyConfiguration instead`},
+		{[]string{"--config=" + withKubeconfig, "--proxy-arg=--config=/k.yaml", "kubelet"},
+			`invalid argument "[--config=/k.yaml]" for "--proxy-arg" flag: --proxy-kubeconfig (/etc/kubernetes/proxy.conf) ignored by kube-proxy, which takes its settings from --config=/k.yaml (in --proxy-arg): set it in that KubeProxyConfiguration instead`},
 		// A bad flag is reported before the file is even read.
 		{[]string{"--config=" + badFile, "--proxy-mode=ipvs", "--conntrack-min=-1", "kubelet"},
 			`invalid argument -1 for "--conntrack-min" flag: must be non-negative`},
@@ -201,6 +208,8 @@ func TestBadFlagSyntaxFailsParse(t *testing.T) {
 		{"--max-log-size=10MB", `invalid argument "10MB" for "--max-log-size" flag: must be a quantity like "10Mi", "1.5Gi", "500M" or plain bytes`},
 		{"--max-log-size=-1Mi", `invalid argument "-1Mi" for "--max-log-size" flag: must not be negative`},
 		{"--cgroup-v2-evacuate=maybe", `invalid argument "maybe" for "--cgroup-v2-evacuate" flag: must be true, false or auto`},
+		{"--conntrack-min=many", `invalid argument "many" for "--conntrack-min" flag: must be a whole number that fits in 32 bits`},
+		{"--conntrack-tcp-timeout-established=1d", `invalid argument "1d" for "--conntrack-tcp-timeout-established" flag: must be a duration like "24h" or "1h30m"`},
 		{"--shutdown-grace-period=10", `invalid argument "10" for "--shutdown-grace-period" flag: must be a duration like "30s" or "5m"`},
 		{"--no-such-flag", "unknown flag: --no-such-flag"},
 	} {

@@ -103,6 +103,10 @@ func check(path string, raw any, t reflect.Type, errs *[]FieldError) {
 	if raw == nil {
 		return
 	}
+	// An optional field (a pointer) holds what its element type holds.
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
 	if t.Kind() == reflect.Struct && !reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
 		m, ok := raw.(map[string]any)
 		if !ok {
@@ -162,7 +166,7 @@ func check(path string, raw any, t reflect.Type, errs *[]FieldError) {
 			// Its own message says what it accepts.
 		case t.Kind() == reflect.Int || t.Kind() == reflect.Int32 || t.Kind() == reflect.Int64:
 			detail = fmt.Sprintf("must be a whole number that fits in %d bits", t.Bits())
-		case t.Kind() == reflect.Bool || t.Kind() == reflect.Pointer:
+		case t.Kind() == reflect.Bool:
 			detail = "must be true or false"
 		}
 		*errs = append(*errs, FieldError{Type: ErrorTypeInvalid, Field: path, BadValue: raw, Detail: detail})

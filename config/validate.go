@@ -36,14 +36,23 @@ func (c *Config) Validate() []FieldError {
 		}
 	}
 	v.nonNegative("proxy.logV", int64(p.LogV))
-	v.nonNegative("proxy.conntrack.maxPerCore", int64(p.Conntrack.MaxPerCore))
-	v.nonNegative("proxy.conntrack.min", int64(p.Conntrack.Min))
-	v.duration("proxy.conntrack.tcpTimeoutEstablished", p.Conntrack.TCPTimeoutEstablished, 0)
+	if n := p.Conntrack.MaxPerCore; n != nil {
+		v.nonNegative("proxy.conntrack.maxPerCore", int64(*n))
+	}
+	if n := p.Conntrack.Min; n != nil {
+		v.nonNegative("proxy.conntrack.min", int64(*n))
+	}
+	if d := p.Conntrack.TCPTimeoutEstablished; d != nil {
+		v.duration("proxy.conntrack.tcpTimeoutEstablished", *d, 0)
+	}
 	v.text("proxy.kubeconfig", p.Kubeconfig)
 	v.text("proxy.master", p.Master)
 	if p.HostnameOverride != "" && !isDNSSubdomain(strings.ToLower(p.HostnameOverride)) {
 		v.add(ErrorTypeInvalid, "proxy.hostnameOverride", p.HostnameOverride,
 			"must be a node name: DNS labels of letters, digits and '-', joined by '.', at most 253 characters")
+	}
+	if file := ProxyConfigFile(p.Args); file != "" {
+		v.ignoredByProxyConfig(p, file)
 	}
 	b := p.RestartBackoff
 	v.duration("proxy.restartBackoff.initial", b.Initial, time.Nanosecond)
@@ -101,6 +110,63 @@ func (c *Config) Validate() []FieldError {
 	}
 	v.text("pathOverride", c.PathOverride)
 	return v.errs
+}
+
+// ProxyConfigFile is the file kube-proxy reads its settings from when args
+// (proxy.args) give it one with --config=FILE or --config FILE, the last
+// one counting as in kube-proxy; empty when they do not.
+func ProxyConfigFile(args []string) string {
+	file := ""
+	for i := 0; i < len(args) && args[i] != "--"; i++ {
+		if f, ok := strings.CutPrefix(args[i], "--config="); ok {
+			file = f
+		} else if args[i] == "--config" && i+1 < len(args) {
+			i++
+			file = args[i]
+		}
+	}
+	return file
+}
+
+// ignoredByProxyConfig rejects the proxy settings that kube-proxy ignores
+// when it reads a --config file (all but --v, --master and
+// --hostname-override): nodeinit would pass them, and kube-proxy would run
+// with the file's values instead without a word. A setting left at its
+// default is not passed then, so it is no error.
+func (v *validator) ignoredByProxyConfig(p *Proxy, file string) {
+	detail := fmt.Sprintf("ignored by kube-proxy, which takes its settings from --config=%s (in proxy.args): set it in that KubeProxyConfiguration instead", file)
+	ignored := func(field string, set bool, bad any) {
+		if set {
+			v.errs = append(v.errs, FieldError{Type: ErrorTypeForbidden, Field: field, BadValue: bad, Detail: detail, related: "proxy.args"})
+		}
+	}
+	c := p.Conntrack
+	ignored("proxy.mode", p.Mode != Default().Proxy.Mode, p.Mode)
+	ignored("proxy.bindAll", p.BindAll, true)
+	ignored("proxy.bindAddress", p.BindAddress != "", p.BindAddress)
+	ignored("proxy.conntrack.maxPerCore", c.MaxPerCore != nil, deref(c.MaxPerCore))
+	ignored("proxy.conntrack.min", c.Min != nil, deref(c.Min))
+	ignored("proxy.conntrack.tcpTimeoutEstablished", c.TCPTimeoutEstablished != nil, deref(c.TCPTimeoutEstablished))
+	ignored("proxy.kubeconfig", p.Kubeconfig != "", p.Kubeconfig)
+}
+
+// deref is *p, or nil for a nil p.
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// Warnings are the settings of c that still work but should go: one line
+// each, for the log. None means nothing to say.
+func (c *Config) Warnings() []string {
+	var w []string
+	if c.Proxy.BindAll {
+		w = append(w, "proxy.bindAll (--proxy-bindall) is deprecated and does nothing useful: since Kubernetes 1.26 "+
+			"kube-proxy's --bind-address binds nothing, and 0.0.0.0 leaves kube-proxy to find the node's IP, as no address does")
+	}
+	return w
 }
 
 type validator struct{ errs []FieldError }

@@ -13,16 +13,19 @@ import (
 // argument (a value starting with "-" included), proxy.args follow verbatim,
 // and the executor's own arguments keep their order.
 func FuzzArguments(f *testing.F) {
-	f.Add("10.0.0.1", "-v=9 --x", "/k conf", "https://m", "Node-A", "--master=evil", "/mesos/c 1", "id", "--address=10.0.0.2", int64(time.Hour), false, true)
+	f.Add("10.0.0.1", "-v=9 --x", "/k conf", "https://m", "Node-A", "--master=evil", "/mesos/c 1", "id", "--node-ip=10.0.0.2", int64(time.Hour), false, true)
 	f.Add("", "--proxy-mode=userspace", "", "", "", "", "", "", "--node-ip", int64(-1), true, false)
 	f.Add("-", "", "--", "-", "\n--v=5", "=", "--cgroup-root", "", "--cgroup-root", int64(1), false, true)
+	f.Add("10.0.0.1", "nftables", "/k", "", "", "--config=/etc/kube-proxy.yaml", "", "", "--node-ip", int64(0), false, false)
 	f.Fuzz(func(t *testing.T, bind, mode, kubeconfig, master, hostname, proxyArg, cgroup, id, execArg string, timeout int64, bindAll, contain bool) {
 		c := config.Default()
 		c.Executor.Path = "kubelet"
-		c.Executor.Args = []string{execArg, "--address=" + bind, execArg}
+		c.Executor.Args = []string{execArg, "--node-ip=" + bind, execArg}
 		c.Executor.ContainPodResources = contain
 		c.Proxy.BindAll, c.Proxy.BindAddress, c.Proxy.Mode = bindAll, bind, mode
-		c.Proxy.Conntrack.TCPTimeoutEstablished = config.Duration{Duration: time.Duration(timeout)}
+		if timeout >= 0 {
+			c.Proxy.Conntrack.TCPTimeoutEstablished = &config.Duration{Duration: time.Duration(timeout)}
+		}
 		c.Proxy.Kubeconfig, c.Proxy.Master, c.Proxy.HostnameOverride = kubeconfig, master, hostname
 		c.Proxy.Args = []string{proxyArg, proxyArg}
 
@@ -32,15 +35,21 @@ func FuzzArguments(f *testing.F) {
 			want["bind-address"] = "0.0.0.0"
 		} else if bind != "" {
 			want["bind-address"] = bind
-		} else if a := executorAddress(c.Executor.Args); a != "" {
+		} else if a := executorNodeIP(c.Executor.Args); a != "" {
 			want["bind-address"] = a
 		}
-		if timeout > 0 {
+		if timeout >= 0 {
 			want["conntrack-tcp-timeout-established"] = time.Duration(timeout).String()
 		}
 		for name, v := range map[string]string{"kubeconfig": kubeconfig, "master": master, "hostname-override": strings.ToLower(hostname)} {
 			if v != "" {
 				want[name] = v
+			}
+		}
+		if config.ProxyConfigFile(c.Proxy.Args) != "" {
+			// kube-proxy reads these from its own file then.
+			for _, name := range []string{"bind-address", "proxy-mode", "conntrack-tcp-timeout-established", "kubeconfig"} {
+				delete(want, name)
 			}
 		}
 		n := len(p.Args) - len(c.Proxy.Args)

@@ -106,32 +106,42 @@ func OwnCgroupRoot(args []string, kc KubeletConfig) (root, from string) {
 // Proxy is the proxy's command: the flags nodeinit's settings translate to,
 // each a single --name=value argument, then proxy.args verbatim, so that
 // where both set a flag, proxy.args wins (kube-proxy takes the last).
+//
+// When proxy.args give kube-proxy a --config file, only the flags it still
+// honours then are passed (--v, --master, --hostname-override): it takes
+// everything else from the file. config.Validate has refused the settings
+// that would have been passed but ignored; what is left to drop here are
+// defaults (the mode, the bind address taken from the executor's).
 func Proxy(c *config.Config, env []string) Command {
 	p := &c.Proxy
 	var args []string
 	arg := func(name, value string) { args = append(args, "--"+name+"="+value) }
+	ownFile := config.ProxyConfigFile(p.Args) != ""
 
-	switch addr := executorAddress(c.Executor.Args); {
+	switch ip := executorNodeIP(c.Executor.Args); {
+	case ownFile:
 	case p.BindAll:
 		arg("bind-address", "0.0.0.0")
 	case p.BindAddress != "":
 		arg("bind-address", p.BindAddress)
-	case addr != "":
-		arg("bind-address", addr)
+	case ip != "":
+		arg("bind-address", ip)
 	}
 	arg("v", strconv.Itoa(int(p.LogV)))
-	arg("proxy-mode", p.Mode)
-	if p.Conntrack.MaxPerCore > 0 {
-		arg("conntrack-max-per-core", strconv.Itoa(int(p.Conntrack.MaxPerCore)))
-	}
-	if p.Conntrack.Min > 0 {
-		arg("conntrack-min", strconv.Itoa(int(p.Conntrack.Min)))
-	}
-	if d := p.Conntrack.TCPTimeoutEstablished.Duration; d > 0 {
-		arg("conntrack-tcp-timeout-established", d.String())
-	}
-	if p.Kubeconfig != "" {
-		arg("kubeconfig", p.Kubeconfig)
+	if !ownFile {
+		arg("proxy-mode", p.Mode)
+		if n := p.Conntrack.MaxPerCore; n != nil {
+			arg("conntrack-max-per-core", strconv.Itoa(int(*n)))
+		}
+		if n := p.Conntrack.Min; n != nil {
+			arg("conntrack-min", strconv.Itoa(int(*n)))
+		}
+		if d := p.Conntrack.TCPTimeoutEstablished; d != nil {
+			arg("conntrack-tcp-timeout-established", d.String())
+		}
+		if p.Kubeconfig != "" {
+			arg("kubeconfig", p.Kubeconfig)
+		}
 	}
 	if p.Master != "" {
 		arg("master", p.Master)
@@ -142,13 +152,14 @@ func Proxy(c *config.Config, env []string) Command {
 	return Command{Path: p.Path, Args: append(args, p.Args...), Env: env}
 }
 
-// executorAddress is the address the executor listens on, when its
-// arguments say: the last --address, else the first IP of the last
-// --node-ip (a dual-stack node lists two; kube-proxy binds one).
-func executorAddress(args []string) string {
-	if a, _ := flagValue(args, "address"); a != "" {
-		return a
-	}
+// executorNodeIP is the node's IP as the executor (the kubelet) is told it:
+// the first address of its last --node-ip (a dual-stack node lists two;
+// kube-proxy takes one). kube-proxy's --bind-address means the same since
+// Kubernetes 1.26: the node's primary IP, not an address to listen on, so
+// the kubelet's --address (where the kubelet listens) is no substitute.
+// The kubelet takes its node IP from this flag only; its configuration file
+// has no such field.
+func executorNodeIP(args []string) string {
 	ip, _ := flagValue(args, "node-ip")
 	first, _, _ := strings.Cut(ip, ",")
 	return first

@@ -12,6 +12,8 @@ import (
 	"github.com/nodeinit/nodeinit/config"
 )
 
+func i32(v int32) *int32 { return &v }
+
 func cfg(change func(*config.Config)) *config.Config {
 	c := config.Default()
 	c.Executor.Path = "kubelet"
@@ -33,38 +35,41 @@ func TestProxyArguments(t *testing.T) {
 		{"bind address", func(c *config.Config) { c.Proxy.BindAddress = "10.0.0.9" },
 			[]string{"--bind-address=10.0.0.9", "--v=0", "--proxy-mode=iptables"}},
 		{"bind address wins over the executor's", func(c *config.Config) {
-			c.Proxy.BindAddress, c.Executor.Args = "10.0.0.9", []string{"--address=10.0.0.1"}
+			c.Proxy.BindAddress, c.Executor.Args = "10.0.0.9", []string{"--node-ip=10.0.0.1"}
 		}, []string{"--bind-address=10.0.0.9", "--v=0", "--proxy-mode=iptables"}},
-		{"executor --address=", func(c *config.Config) { c.Executor.Args = []string{"--v=2", "--address=10.0.0.1", "--port=10250"} },
-			[]string{"--bind-address=10.0.0.1", "--v=0", "--proxy-mode=iptables"}},
-		{"executor --address X", func(c *config.Config) { c.Executor.Args = []string{"--address", "10.0.0.2", "--port=10250"} },
-			[]string{"--bind-address=10.0.0.2", "--v=0", "--proxy-mode=iptables"}},
+		{"executor --address is where it listens, not the node's IP", func(c *config.Config) {
+			c.Executor.Args = []string{"--v=2", "--address=127.0.0.1", "--port=10250"}
+		}, []string{"--v=0", "--proxy-mode=iptables"}},
 		{"executor --node-ip=", func(c *config.Config) { c.Executor.Args = []string{"--node-ip=10.0.0.3"} },
 			[]string{"--bind-address=10.0.0.3", "--v=0", "--proxy-mode=iptables"}},
 		{"executor --node-ip X", func(c *config.Config) { c.Executor.Args = []string{"--node-ip", "10.0.0.4"} },
 			[]string{"--bind-address=10.0.0.4", "--v=0", "--proxy-mode=iptables"}},
 		{"executor dual-stack --node-ip", func(c *config.Config) { c.Executor.Args = []string{"--node-ip=10.0.0.4,fd00::4"} },
 			[]string{"--bind-address=10.0.0.4", "--v=0", "--proxy-mode=iptables"}},
-		{"executor --address wins over --node-ip", func(c *config.Config) {
-			c.Executor.Args = []string{"--node-ip=10.0.0.4", "--address=10.0.0.1"}
-		}, []string{"--bind-address=10.0.0.1", "--v=0", "--proxy-mode=iptables"}},
-		{"the executor's last --address counts", func(c *config.Config) {
-			c.Executor.Args = []string{"--address=10.0.0.1", "--address", "10.0.0.2"}
+		{"executor --node-ip beside --address", func(c *config.Config) {
+			c.Executor.Args = []string{"--node-ip=10.0.0.4", "--address=0.0.0.0"}
+		}, []string{"--bind-address=10.0.0.4", "--v=0", "--proxy-mode=iptables"}},
+		{"the executor's last --node-ip counts", func(c *config.Config) {
+			c.Executor.Args = []string{"--node-ip=10.0.0.1", "--node-ip", "10.0.0.2"}
 		}, []string{"--bind-address=10.0.0.2", "--v=0", "--proxy-mode=iptables"}},
-		{"executor --address with no value", func(c *config.Config) { c.Executor.Args = []string{"--address"} },
+		{"executor --node-ip with no value", func(c *config.Config) { c.Executor.Args = []string{"--node-ip"} },
 			[]string{"--v=0", "--proxy-mode=iptables"}},
-		{"executor --address after -- is not its flag", func(c *config.Config) { c.Executor.Args = []string{"--", "--address=10.0.0.1"} },
+		{"executor --node-ip after -- is not its flag", func(c *config.Config) { c.Executor.Args = []string{"--", "--node-ip=10.0.0.1"} },
 			[]string{"--v=0", "--proxy-mode=iptables"}},
-		{"executor --addresses is another flag", func(c *config.Config) { c.Executor.Args = []string{"--addresses=10.0.0.1"} },
+		{"executor --node-ips is another flag", func(c *config.Config) { c.Executor.Args = []string{"--node-ips=10.0.0.1"} },
 			[]string{"--v=0", "--proxy-mode=iptables"}},
 		{"logv", func(c *config.Config) { c.Proxy.LogV = 4 }, []string{"--v=4", "--proxy-mode=iptables"}},
 		{"mode", func(c *config.Config) { c.Proxy.Mode = "nftables" }, []string{"--v=0", "--proxy-mode=nftables"}},
 		{"conntrack", func(c *config.Config) {
-			c.Proxy.Conntrack = config.Conntrack{MaxPerCore: 32768, Min: 131072, TCPTimeoutEstablished: config.Duration{Duration: 24 * time.Hour}}
+			c.Proxy.Conntrack = config.Conntrack{MaxPerCore: i32(32768), Min: i32(131072), TCPTimeoutEstablished: &config.Duration{Duration: 24 * time.Hour}}
 		}, []string{"--v=0", "--proxy-mode=iptables", "--conntrack-max-per-core=32768", "--conntrack-min=131072",
 			"--conntrack-tcp-timeout-established=24h0m0s"}},
+		{"conntrack 0 is passed: leave the kernel alone", func(c *config.Config) {
+			c.Proxy.Conntrack = config.Conntrack{MaxPerCore: i32(0), Min: i32(0), TCPTimeoutEstablished: &config.Duration{}}
+		}, []string{"--v=0", "--proxy-mode=iptables", "--conntrack-max-per-core=0", "--conntrack-min=0",
+			"--conntrack-tcp-timeout-established=0s"}},
 		{"conntrack timeout with seconds", func(c *config.Config) {
-			c.Proxy.Conntrack.TCPTimeoutEstablished = config.Duration{Duration: 90 * time.Second}
+			c.Proxy.Conntrack.TCPTimeoutEstablished = &config.Duration{Duration: 90 * time.Second}
 		}, []string{"--v=0", "--proxy-mode=iptables", "--conntrack-tcp-timeout-established=1m30s"}},
 		{"kubeconfig", func(c *config.Config) { c.Proxy.Kubeconfig = "/etc/kubernetes/proxy.conf" },
 			[]string{"--v=0", "--proxy-mode=iptables", "--kubeconfig=/etc/kubernetes/proxy.conf"}},
@@ -76,10 +81,17 @@ func TestProxyArguments(t *testing.T) {
 			c.Proxy.Args = []string{"--proxy-mode=ipvs", "--metrics-bind-address", "0.0.0.0:10249", "--v=9"}
 			c.Proxy.Master = "https://m"
 		}, []string{"--v=0", "--proxy-mode=iptables", "--master=https://m", "--proxy-mode=ipvs", "--metrics-bind-address", "0.0.0.0:10249", "--v=9"}},
+		{"a kube-proxy config file: only what kube-proxy still honours", func(c *config.Config) {
+			c.Executor.Args = []string{"--node-ip=10.0.0.1"}
+			c.Proxy.LogV, c.Proxy.Master, c.Proxy.HostnameOverride = 3, "https://m", "N"
+			c.Proxy.Args = []string{"--config", "/etc/kube-proxy.yaml"}
+		}, []string{"--v=3", "--master=https://m", "--hostname-override=n", "--config", "/etc/kube-proxy.yaml"}},
+		{"an empty --config is no file", func(c *config.Config) { c.Proxy.Args = []string{"--config="} },
+			[]string{"--v=0", "--proxy-mode=iptables", "--config="}},
 		{"everything", func(c *config.Config) {
-			c.Executor.Args = []string{"--address=10.0.0.1"}
+			c.Executor.Args = []string{"--node-ip=10.0.0.1"}
 			c.Proxy.LogV, c.Proxy.Mode = 2, "ipvs"
-			c.Proxy.Conntrack = config.Conntrack{MaxPerCore: 1, Min: 2, TCPTimeoutEstablished: config.Duration{Duration: time.Hour}}
+			c.Proxy.Conntrack = config.Conntrack{MaxPerCore: i32(1), Min: i32(2), TCPTimeoutEstablished: &config.Duration{Duration: time.Hour}}
 			c.Proxy.Kubeconfig, c.Proxy.Master, c.Proxy.HostnameOverride = "/k", "https://m", "N"
 			c.Proxy.Args = []string{"--x"}
 		}, []string{"--bind-address=10.0.0.1", "--v=2", "--proxy-mode=ipvs", "--conntrack-max-per-core=1", "--conntrack-min=2",

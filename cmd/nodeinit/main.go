@@ -113,7 +113,11 @@ func run(args []string) int {
 		return usageError(err)
 	}
 	if c.flags.WriteFlags() {
+		// stdout holds the command lines only.
+		for _, w := range cfg.Warnings() {
+			fmt.Fprintln(os.Stderr, "nodeinit: warning:", w)
+		}
 		return writeFlags(&cfg)
 	}
-	return boot(&cfg, sigs, c.flags.Warnings())
+	return boot(&cfg, sigs, append(c.flags.Warnings(), cfg.Warnings()...))
 }

@@ -31,11 +31,11 @@ func TestWriteFlagsPrintsCommandLinesAndStartsNothing(t *testing.T) {
 	marker := filepath.Join(dir, "started")
 	i := start(t, asSubreaper, "--write-flags", "--proxy-mode=ipvs", "--proxy-logv=3", "--hostname-override=Node-A",
 		"--proxy-arg=--metrics-bind-address=0.0.0.0:10249", "--proxy-arg=two words",
-		"--", "/bin/touch", marker, "--address=10.1.2.3")
+		"--", "/bin/touch", marker, "--node-ip=10.1.2.3")
 	if got := i.Wait(10 * time.Second); got != 0 {
 		t.Fatalf("exit %d; stderr %s", got, i.Stderr())
 	}
-	want := "/bin/touch " + marker + " --address=10.1.2.3\n" +
+	want := "/bin/touch " + marker + " --node-ip=10.1.2.3\n" +
 		"kube-proxy --bind-address=10.1.2.3 --v=3 --proxy-mode=ipvs --hostname-override=node-a --metrics-bind-address=0.0.0.0:10249 'two words'\n"
 	if i.Log() != want {
 		t.Errorf("--write-flags printed:\n%s\nwant:\n%s", i.Log(), want)

@@ -1,0 +1,151 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// containerd is the container runtime the kubelet talks to, with its
+// configuration, root, state and socket in a directory of the fixture's
+// own. What it cannot keep there is named in containerdConfig.
+type containerd struct {
+	*server
+	dir    string
+	crictl string
+}
+
+// containerdConfig is containerd's whole configuration for these machines:
+//   - restrict_oom_score_adj: without CAP_SYS_RESOURCE (as in a container or
+//     a VM sandbox) runc cannot lower a sandbox's oom_score_adj below its
+//     own, and every sandbox fails with "can't get final child's PID from
+//     pipe: EOF".
+//   - runc with SystemdCgroup = false: the kubelet's cgroupDriver is
+//     cgroupfs, there may be no systemd.
+//   - the sandbox image is the pause image imported before any pod runs,
+//     and no registry is reachable: nothing is ever pulled.
+//   - CNI: the distribution's plugins, a bridge and host-local conflist of
+//     ours (written below), IPAM state under our directory.
+//   - the opt plugin (which makes /opt/containerd) and the snapshotters not
+//     used are off.
+//
+// containerd-shim-runc-v2 still puts its sockets in /run/containerd/s and
+// the CRI plugin its network namespaces in /run/netns; putBack removes both
+// when they were not there before.
+const containerdConfig = `version = 2
+root = "%[1]s/root"
+state = "%[1]s/state"
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp"]
+
+[grpc]
+  address = "%[1]s/containerd.sock"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "%[2]s"
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "%[1]s/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "%[1]s/net.d"
+`
+
+// cniConfig is the pod network: a bridge with the gateway address on the
+// host, so that the host reaches pods (and Services through kube-proxy's
+// rules), no masquerading rules of CNI's own, and IPAM state under our
+// directory.
+const cniConfig = `{
+  "cniVersion": "0.4.0",
+  "name": "nodeinit-test",
+  "plugins": [{
+    "type": "bridge",
+    "bridge": "%[2]s",
+    "isGateway": true,
+    "ipMasq": false,
+    "hairpinMode": true,
+    "ipam": {
+      "type": "host-local",
+      "ranges": [[{"subnet": "%[3]s"}]],
+      "routes": [{"dst": "0.0.0.0/0"}],
+      "dataDir": "%[1]s/ipam"
+    }
+  }]
+}
+`
+
+func startContainerd(dir, crictl string) (*containerd, error) {
+	for _, d := range []string{dir, filepath.Join(dir, "net.d")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	conf := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, containerdConfig, dir, pauseImage), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "net.d", "10-nodeinit-test.conflist"), fmt.Appendf(nil, cniConfig, dir, bridgeName, podCIDR), 0o644); err != nil {
+		return nil, err
+	}
+	s, err := startServer(filepath.Dir(dir), "containerd", "containerd", "--config", conf)
+	if err != nil {
+		return nil, err
+	}
+	c := &containerd{server: s, dir: dir, crictl: crictl}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := net.Dial("unix", c.socket())
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if !s.running() || time.Now().After(deadline) {
+			return c, fmt.Errorf("containerd does not serve on %s: %v\n%s", c.socket(), err, s.tail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return c, nil
+}
+
+// socket is containerd's socket, where the kubelet and crictl reach it.
+func (c *containerd) socket() string { return filepath.Join(c.dir, "containerd.sock") }
+
+// endpoint is the socket as the kubelet's containerRuntimeEndpoint takes it.
+func (c *containerd) endpoint() string { return "unix://" + c.socket() }
+
+// importImage imports a docker-archive into the namespace the CRI plugin
+// uses, unpacked for its snapshotter.
+func (c *containerd) importImage(archive string) error {
+	_, err := run(2*time.Minute, "ctr", "--address", c.socket(), "--namespace", "k8s.io", "images", "import", archive)
+	return err
+}
+
+// cri runs crictl against this containerd and returns its stdout.
+func (c *containerd) cri(args ...string) (string, error) {
+	argv := append([]string{c.crictl, "--runtime-endpoint", c.endpoint(), "--image-endpoint", c.endpoint(), "--timeout", "30s"}, args...)
+	return stdoutOf(2*time.Minute, argv...)
+}
+
+// removePods stops and removes every pod sandbox through the CRI, so that
+// CNI takes each pod's network down and runc removes the containers and
+// their cgroups: pods outlive the kubelet, which has no graceful node
+// shutdown here.
+func (c *containerd) removePods() []error {
+	if !c.running() {
+		return nil
+	}
+	if _, err := c.cri("rmp", "--all", "--force"); err != nil {
+		return []error{fmt.Errorf("remove the pods through the CRI: %w", err)}
+	}
+	return nil
+}

@@ -1,0 +1,448 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
+)
+
+// kubeletConfig is the kubelet's KubeletConfiguration (almost every kubelet
+// flag is deprecated in favour of this file). %[1]s is the node's
+// directory as the kubelet sees it, %[2]s containerd's endpoint.
+//   - cgroupfs, failCgroupV1 false, failSwapOn false: these hosts have
+//     cgroup v1 hierarchies, no systemd, and may have swap.
+//   - every server on 127.0.0.1; x509 client authentication against the
+//     test CA, no anonymous access.
+//   - eviction and image garbage collection thresholds the tests never
+//     reach: a nearly full disk must not evict the pods or delete the
+//     imported images, which cannot be pulled again.
+//   - the static pods' directory and the volume plugins' one in the node's
+//     directory, not in /etc/kubernetes and /usr/libexec/kubernetes.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: %[1]s/kubelet-serving.crt
+tlsPrivateKeyFile: %[1]s/kubelet-serving.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %[1]s/ca.crt}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: %[2]s
+staticPodPath: %[1]s/manifests
+volumePluginDir: %[1]s/volume-plugins
+evictionHard: {memory.available: 1Mi, nodefs.available: 1%%, nodefs.inodesFree: 1%%, imagefs.available: 1%%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+rotateCertificates: false
+`
+
+// staticPod is the pod the kubelet runs from its manifest directory,
+// without the API server; the API shows it as a mirror pod.
+const staticPod = `apiVersion: v1
+kind: Pod
+metadata: {name: static-sleeper, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: sleep
+    image: ` + busyboxImage + `
+    imagePullPolicy: Never
+    command: [sleep, "1000000"]
+`
+
+// kubeNode is one run of a node: nodeinit with the real kubelet and
+// kube-proxy, as PID 1 of new pid and mount namespaces or in a podman
+// container, and what the tests need to watch and stop it.
+type kubeNode struct {
+	t       *testing.T
+	c       *cluster
+	dir     string    // the node's files, as the host sees them
+	started time.Time // when nodeinit was started
+	// pid is nodeinit's pid as the host sees it; log its own log lines;
+	// running whether it runs; stop sends it TERM (or stops the container)
+	// and returns its exit code.
+	pid     func() int
+	log     func() string
+	running func() bool
+	stop    func(timeout time.Duration) int
+	// created are the API objects the test made, deleted at the end.
+	created []string
+}
+
+// nodeSpec is how a test wants its node; the zero value is a node with
+// kube-proxy in iptables mode.
+type nodeSpec struct {
+	// mode is kube-proxy's mode: iptables (when empty), nftables or ipvs.
+	mode string
+	// flags are more nodeinit flags (--cgroup-parent, a restart backoff).
+	flags []string
+	// kubeletConfig is more of the KubeletConfiguration, whole lines of
+	// YAML such as "shutdownGracePeriod: 30s\n".
+	kubeletConfig string
+}
+
+func (s nodeSpec) proxyMode() string {
+	if s.mode == "" {
+		return "iptables"
+	}
+	return s.mode
+}
+
+// writeNodeFiles writes the kubelet's and kube-proxy's kubeconfigs, the
+// KubeletConfiguration, the CA and the static pod into dir, with paths as
+// the kubelet sees dir: seenAs.
+func (c *cluster) writeNodeFiles(t *testing.T, dir, seenAs string, spec nodeSpec) {
+	t.Helper()
+	kubelet, err := c.pki.issue("kubelet-"+filepath.Base(dir), "system:node:"+nodeName, []string{"system:nodes"})
+	must(t, err)
+	proxy, err := c.pki.issue("kube-proxy-"+filepath.Base(dir), "system:kube-proxy", nil)
+	must(t, err)
+	serving, err := c.pki.issue("serving-"+filepath.Base(dir), nodeName, nil, "127.0.0.1", nodeName)
+	must(t, err)
+	files := map[string][]byte{
+		"kubelet.conf":          c.pki.kubeconfig(apiServer, kubelet),
+		"kube-proxy.conf":       c.pki.kubeconfig(apiServer, proxy),
+		"kubelet.yaml":          fmt.Appendf(nil, kubeletConfig+spec.kubeletConfig, seenAs, c.containerd.endpoint()),
+		"ca.crt":                c.pki.caPEM,
+		"kubelet-serving.crt":   serving.cert,
+		"kubelet-serving.key":   serving.key,
+		"manifests/static.yaml": []byte(staticPod),
+	}
+	for name, data := range files {
+		p := filepath.Join(dir, name)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(t, os.WriteFile(p, data, 0o600))
+	}
+	must(t, os.MkdirAll(filepath.Join(dir, "volume-plugins"), 0o755))
+}
+
+// sharedKubeletDir makes /var/lib/kubelet a shared mount: the kubelet
+// mounts pod volumes (the service-account token's tmpfs) below it in its
+// own mount namespace, and containerd, outside it, must see them to hand
+// them to the containers. putBack unmounts and removes it.
+func sharedKubeletDir(t *testing.T) {
+	t.Helper()
+	const dir = "/var/lib/kubelet"
+	must(t, os.MkdirAll(dir, 0o755))
+	if mounts, _ := mountsUnder([]string{dir}); len(mounts) == 0 {
+		must(t, unix.Mount(dir, dir, "", unix.MS_BIND, ""))
+	}
+	must(t, unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""))
+}
+
+// proxyFlags are nodeinit's flags for kube-proxy in mode, wherever the
+// node runs: its node name, its servers on 127.0.0.1, and the flags that
+// keep it off the host's conntrack settings (an explicit 0 is passed as 0:
+// leave the kernel's value alone).
+func proxyFlags(mode string) []string {
+	return []string{
+		"--proxy-mode=" + mode,
+		"--hostname-override=" + nodeName,
+		"--conntrack-max-per-core=0", "--conntrack-min=0", "--conntrack-tcp-timeout-established=0s",
+		"--proxy-arg=--conntrack-tcp-timeout-close-wait=0s",
+		"--proxy-arg=--iptables-localhost-nodeports=false",
+		"--proxy-arg=--healthz-bind-address=127.0.0.1:10256",
+		"--proxy-arg=--metrics-bind-address=127.0.0.1:10249",
+		"--proxy-arg=--cluster-cidr=" + podCIDR,
+	}
+}
+
+// nodeinitArgs are nodeinit's flags for a node on the host: proxyFlags,
+// the kube-proxy binary and its kubeconfig in dir, and the grace period the
+// node image's configuration has too.
+func (c *cluster) nodeinitArgs(dir, mode string) []string {
+	return append([]string{
+		"--proxy-path=" + filepath.Join(c.bin, "kube-proxy"),
+		"--proxy-kubeconfig=" + filepath.Join(dir, "kube-proxy.conf"),
+		"--shutdown-grace-period=20s",
+	}, proxyFlags(mode)...)
+}
+
+// kubeletArgs is the executor's command line.
+func (c *cluster) kubeletArgs(kubelet, dir string) []string {
+	return []string{kubelet,
+		"--config=" + filepath.Join(dir, "kubelet.yaml"),
+		"--kubeconfig=" + filepath.Join(dir, "kubelet.conf"),
+		"--node-ip=" + c.nodeIP,
+		"--hostname-override=" + nodeName,
+	}
+}
+
+// startNode runs nodeinit as PID 1 of new pid and mount namespaces (the
+// mount namespace keeps the host's propagation, so that the kubelet's
+// mounts below the shared /var/lib/kubelet reach containerd), with the real
+// kubelet as executor and the real kube-proxy, as spec says. The
+// children's output goes to DIR/logs (--log-dir), so that nodeinit's own
+// log holds only its lines. When the test ends the node is stopped if it
+// still runs, its pods and API objects are removed, and the host is put
+// back and checked.
+func (c *cluster) startNode(t *testing.T, spec nodeSpec) *kubeNode {
+	t.Helper()
+	dir := t.TempDir()
+	c.writeNodeFiles(t, dir, dir, spec)
+	sharedKubeletDir(t)
+	k := &kubeNode{t: t, c: c, dir: dir}
+	args := append(c.nodeinitArgs(dir, spec.proxyMode()), "--log-dir="+filepath.Join(dir, "logs"))
+	args = append(append(args, spec.flags...), "--")
+	args = append(args, c.kubeletArgs(filepath.Join(c.bin, "kubelet"), dir)...)
+	n := testenv.Launch(t, testenv.Options{MountNS: true, Propagation: "unchanged", Dir: dir}, args...)
+	k.started = n.Started
+	k.pid, k.log, k.running = n.Pid, n.Log, n.Running
+	k.stop = func(timeout time.Duration) int {
+		n.Signal(syscall.SIGTERM)
+		return n.Wait(timeout)
+	}
+	t.Cleanup(func() {
+		if n.Running() {
+			if pid, err := findPID1(n); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGTERM)
+			}
+			select {
+			case <-n.Done():
+			case <-time.After(45 * time.Second):
+				// KILL to PID 1 of the namespace ends every process in it.
+				if pid, err := findPID1(n); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+				<-n.Done()
+			}
+		}
+		k.teardown()
+	})
+	return k
+}
+
+// findPID1 is nodeinit's pid, when it still runs.
+func findPID1(n *testenv.Node) (int, error) {
+	children, err := testenv.Children(n.Outer())
+	if err != nil || len(children) != 1 {
+		return 0, fmt.Errorf("no nodeinit under unshare (%v)", err)
+	}
+	return children[0], nil
+}
+
+// teardown removes the pods through the CRI, the node's API objects, and
+// what the node changed on the host, then checks the host is as before.
+func (k *kubeNode) teardown() {
+	t := k.t
+	for _, err := range k.c.containerd.removePods() {
+		t.Error(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, p := range append(k.created, "/api/v1/namespaces/default/pods", "/api/v1/nodes/"+nodeName) {
+		if err := k.c.api.remove(ctx, p); err != nil {
+			t.Errorf("delete %s: %v", p, err)
+		}
+	}
+	for _, err := range putBack(k.c.base, k.c.bin) {
+		t.Errorf("put the host back: %v", err)
+	}
+	for _, err := range k.c.base.verify() {
+		t.Errorf("after the node, the host differs: %v", err)
+	}
+	if t.Failed() {
+		k.dumpLogs()
+	}
+}
+
+// dumpLogs prints the end of every log of the node, for a failed test.
+func (k *kubeNode) dumpLogs() {
+	k.t.Logf("nodeinit's log:\n%s", testenv.Tail(k.log(), 60))
+	for _, name := range []string{"executor.log", "proxy.log"} {
+		if b, err := os.ReadFile(filepath.Join(k.dir, "logs", name)); err == nil {
+			k.t.Logf("%s, last lines:\n%s", name, testenv.Tail(string(b), 40))
+		}
+	}
+	for _, s := range k.c.servers {
+		k.t.Log(s.tail())
+	}
+}
+
+// children are nodeinit's children by program name (kubelet, kube-proxy),
+// with their host pids.
+func (k *kubeNode) children() map[string]int {
+	pids, _ := testenv.Children(k.pid())
+	out := map[string]int{}
+	for _, p := range pids {
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p)); err == nil {
+			out[filepath.Base(exe)] = p
+		}
+	}
+	return out
+}
+
+// cmdline is a process's command line.
+func cmdline(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+}
+
+// waitReady waits for the Node to be Ready and returns it and how long
+// after nodeinit's start that was seen.
+func (k *kubeNode) waitReady(timeout time.Duration) (node, time.Duration) {
+	k.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	q := url.Values{"fieldSelector": {"metadata.name=" + nodeName}}
+	items, err := watchUntil(ctx, k.c.api, "/api/v1/nodes", q, func(n node) string { return n.Metadata.Name },
+		func(ns []node) bool { return len(ns) == 1 && ns[0].ready() || !k.running() })
+	took := time.Since(k.started)
+	if err != nil || len(items) != 1 || !items[0].ready() {
+		k.dumpLogs()
+		k.t.Fatalf("the Node did not become Ready within %v (nodeinit running: %v, error: %v, nodes: %+v)", timeout, k.running(), err, items)
+	}
+	return items[0], took
+}
+
+// getNode reads the Node.
+func (k *kubeNode) getNode() node {
+	k.t.Helper()
+	var n node
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	must(k.t, k.c.api.get(ctx, "/api/v1/nodes/"+nodeName, &n))
+	return n
+}
+
+// shutdown is what nodeinit's log says about one TERM: when each step came,
+// measured from the TERM it forwarded to the kubelet.
+type shutdown struct {
+	code                             int           // nodeinit's exit status
+	kubeletStatus                    string        // the kubelet's, as nodeinit logged it
+	kubeletCode                      int           // the exit code nodeinit took from it
+	kubeletExit, proxyTerm, proxyEnd time.Duration // after the TERM was forwarded; proxyEnd -1: it was not running
+	allEnded                         time.Duration
+	total                            time.Duration // from the test's TERM to nodeinit's exit
+}
+
+func (s shutdown) String() string {
+	proxy := fmt.Sprintf("kube-proxy got TERM at %v and ended at %v", s.proxyTerm.Round(time.Millisecond), s.proxyEnd.Round(time.Millisecond))
+	if s.proxyEnd < 0 {
+		proxy = fmt.Sprintf("kube-proxy was waiting on its backoff; the shutdown began at %v", s.proxyTerm.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("kubelet exited %v after TERM (%s), %s, all ended at %v, nodeinit exited %d; %v in all",
+		s.kubeletExit.Round(time.Millisecond), s.kubeletStatus, proxy, s.allEnded.Round(time.Millisecond), s.code, s.total.Round(time.Millisecond))
+}
+
+// proxyRunning tells from nodeinit's log whether kube-proxy ran at time of
+// day at: its last start came after its last end.
+func proxyRunning(log string, at time.Duration) bool {
+	running := false
+	for _, l := range nodeinitLines(log) {
+		switch {
+		case l.at > at:
+			return running
+		case strings.Contains(l.text, `task="proxy"`) && (strings.Contains(l.text, `"Started task"`) || strings.Contains(l.text, `"Restarted task"`)):
+			running = true
+		case strings.Contains(l.text, `"Proxy ended`):
+			running = false
+		}
+	}
+	return running
+}
+
+// stopAndCheck stops the node with TERM (or podman stop) and checks the
+// order: the kubelet gets TERM and exits first, kube-proxy gets TERM only
+// then, and nodeinit exits with the kubelet's status.
+func (k *kubeNode) stopAndCheck(timeout time.Duration) shutdown {
+	k.t.Helper()
+	start := time.Now()
+	code := k.stop(timeout)
+	s := shutdown{code: code, total: time.Since(start)}
+	log := k.log()
+	at := func(msg string, after time.Duration) (time.Duration, string) {
+		for _, l := range nodeinitLines(log) {
+			if l.at >= after && strings.Contains(l.text, `"`+msg+`"`) {
+				return l.at, l.text
+			}
+		}
+		k.t.Fatalf("nodeinit's log has no %q after the TERM:\n%s", msg, testenv.Tail(log, 30))
+		return 0, ""
+	}
+	term, _ := at("Forwarded signal to the executor", 0)
+	kubelet, line := at("Executor ended", term)
+	proxyTerm, _ := at("Shutting down: sent TERM to the proxy and every other process", kubelet)
+	s.proxyEnd = -1
+	if proxyRunning(log, term) {
+		s.proxyEnd, _ = at("Proxy ended", proxyTerm)
+		s.proxyEnd -= term
+	}
+	all, _ := at("All processes have ended", proxyTerm)
+	s.kubeletExit, s.proxyTerm, s.allEnded = kubelet-term, proxyTerm-term, all-term
+	if m := regexp.MustCompile(`status="([^"]*)" exitCode=(\d+)`).FindStringSubmatch(line); m != nil {
+		s.kubeletStatus = m[1]
+		s.kubeletCode, _ = strconv.Atoi(m[2])
+	} else {
+		k.t.Fatalf("no status in %q", line)
+	}
+	if s.code != s.kubeletCode {
+		k.t.Errorf("nodeinit exited %d, the kubelet's status was %s (code %d)", s.code, s.kubeletStatus, s.kubeletCode)
+	}
+	if s.kubeletStatus != "exit code 0" {
+		k.t.Errorf("the kubelet ended with %s on TERM; want exit code 0", s.kubeletStatus)
+	}
+	return s
+}
+
+// logLine is one line of nodeinit's klog output with its time of day.
+type logLine struct {
+	at   time.Duration
+	text string
+}
+
+// klogTime matches the header of a klog line: I1130 15:58:32.150892.
+var klogTime = regexp.MustCompile(`^[IWEF]\d{4} (\d{2}):(\d{2}):(\d{2})\.(\d{6}) `)
+
+// nodeinitLines are the klog lines of log with their times of day, in
+// order; a run that passes midnight is not expected of a test.
+func nodeinitLines(log string) []logLine {
+	var out []logLine
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := klogTime.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		h, _ := strconv.Atoi(m[1])
+		mi, _ := strconv.Atoi(m[2])
+		s, _ := strconv.Atoi(m[3])
+		us, _ := strconv.Atoi(m[4])
+		out = append(out, logLine{time.Duration(h)*time.Hour + time.Duration(mi)*time.Minute + time.Duration(s)*time.Second + time.Duration(us)*time.Microsecond, sc.Text()})
+	}
+	return out
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
