@@ -32,6 +32,8 @@ type Config struct {
 	Logging             Logging        `json:"logging"`
 	MountNamespace      MountNamespace `json:"mountNamespace"`
 	Cgroup              Cgroup         `json:"cgroup"`
+	// GracefulNodeShutdown drains the node's pods when nodeinit is stopped.
+	GracefulNodeShutdown GracefulNodeShutdown `json:"gracefulNodeShutdown"`
 	// ReadyURL, when set, must answer 200 before READY=1 is sent to systemd.
 	ReadyURL string `json:"readyURL,omitempty"`
 	// PathOverride replaces PATH in the children's environment.
@@ -125,6 +127,22 @@ type Cgroup struct {
 	// a cgroup v2 namespace.
 	V2Evacuate *bool  `json:"v2Evacuate,omitempty"`
 	V2Leaf     string `json:"v2Leaf"`
+}
+
+// GracefulNodeShutdown is the kubelet's Graceful Node Shutdown in a
+// container: nodeinit serves the executor the part of systemd-logind's
+// D-Bus API the kubelet uses, and on TERM or INT lets it drain the node's
+// pods before the executor gets the signal.
+type GracefulNodeShutdown struct {
+	// Enabled turns it on. Off by default: a kubelet in a DaemonSet that
+	// hands the node over to another must not drain it.
+	Enabled bool `json:"enabled"`
+	// Delay is what nodeinit reports as logind's InhibitDelayMaxUSec, and
+	// the longest it waits for the drain. Zero means the kubelet's own
+	// shutdownGracePeriod (from its --config), at least 5s. The kubelet
+	// turns the feature off when this is shorter than its
+	// shutdownGracePeriod.
+	Delay Duration `json:"delay"`
 }
 
 // Default returns the settings nodeinit uses when neither file nor flag says

@@ -92,6 +92,10 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 		"the `COUNT` of rotated log files to keep per child (0 keeps all)")
 	add(f, fs.IntVar, func(c *Config) *int { return &c.Logging.MaxAge }, "max-log-age", "logging.maxAge",
 		"`DAYS` to keep rotated log files (0 keeps them regardless of age)")
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.GracefulNodeShutdown.Enabled }, "graceful-node-shutdown", "gracefulNodeShutdown.enabled",
+		"on TERM or INT, let the kubelet drain the node's pods before it gets the signal: nodeinit serves it the login1 D-Bus API of systemd-logind (its Graceful Node Shutdown)")
+	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.GracefulNodeShutdown.Delay.Duration }, "graceful-node-shutdown-delay", "gracefulNodeShutdown.delay",
+		"the longest the drain may take, reported to the kubelet as logind's InhibitDelayMaxUSec (0: the kubelet's shutdownGracePeriod from its --config, at least 5s)")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.ReadyURL }, "ready-url", "readyURL",
 		"with NOTIFY_SOCKET set, report READY=1 only once this `URL` answers 200 (e.g. the kubelet's http://127.0.0.1:10248/healthz)")
 

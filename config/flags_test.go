@@ -34,7 +34,7 @@ func TestFlagsHaveTheContractsNamesAndDefaults(t *testing.T) {
 		"conntrack-max-per-core": "", "conntrack-min": "", "conntrack-tcp-timeout-established": "",
 		"proxy-kubeconfig": "", "master": "", "hostname-override": "", "path-override": "",
 		"contain-pod-resources": "true", "log-dir": "", "max-log-size": "10Mi", "max-log-backups": "5",
-		"max-log-age": "7", "ready-url": "",
+		"max-log-age": "7", "ready-url": "", "graceful-node-shutdown": "false", "graceful-node-shutdown-delay": "0s",
 		"private-mountns": "false", "make-rshared": "false", "cgroup-parent": "", "mesos-cgroup-prefix": "mesos",
 		"require-cgroup": "false", "cgroup-v2-evacuate": "auto", "cgroup-v2-leaf": "nodeinit",
 	}

@@ -102,6 +102,8 @@ func (c *Config) Validate() []FieldError {
 		v.add(ErrorTypeInvalid, "cgroup.v2Leaf", l, "must be a single cgroup directory name")
 	}
 
+	v.duration("gracefulNodeShutdown.delay", c.GracefulNodeShutdown.Delay, 0)
+
 	if c.ReadyURL != "" {
 		u, err := url.Parse(c.ReadyURL)
 		if err != nil || u.Scheme != "http" || u.Host == "" {

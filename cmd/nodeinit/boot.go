@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -131,8 +132,22 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 
 	sc.Signals = sigs
 	notifier := notify.New()
-	sc.OnExecutorStarted = func() { notifier.ReadyWhenHealthy(notify.Probe{URL: cfg.ReadyURL}) }
+	sc.OnExecutorStarted = func(int) { notifier.ReadyWhenHealthy(notify.Probe{URL: cfg.ReadyURL}) }
 	sc.OnShutdown = notifier.Stopping
+	if cfg.GracefulNodeShutdown.Enabled {
+		drain, env, delay, err := startNodeDrain(cfg.GracefulNodeShutdown, kubelet)
+		if err != nil {
+			klog.ErrorS(err, "Cannot serve login1 for graceful node shutdown")
+			return exitFailure
+		}
+		defer drain.close()
+		drain.wire(&sc, delay)
+		// The executor alone: the proxy has no node to drain. Any bus
+		// address it had is replaced: its D-Bus library takes the first.
+		sc.Executor.Env = append(slices.DeleteFunc(sc.Executor.Env, func(kv string) bool {
+			return strings.HasPrefix(kv, busEnv+"=")
+		}), env)
+	}
 	code = supervisor.New(sc).Run()
 	// STOPPING=1 goes out before nodeinit does, within a bound.
 	notifier.Wait(notifyBound)

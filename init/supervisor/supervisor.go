@@ -80,9 +80,9 @@ type Config struct {
 	// Signals come from signals.CatchTerminating, called first thing, with
 	// CatchRest under way; Run waits for it before the first fork.
 	Signals *signals.Set
-	// OnExecutorStarted and OnShutdown, when set, are called from the loop
-	// once each; they must not block.
-	OnExecutorStarted func()
+	// OnExecutorStarted (with the executor's pid) and OnShutdown, when
+	// set, are called from the loop once each; they must not block.
+	OnExecutorStarted func(pid int)
 	OnShutdown        func()
 }
 
@@ -213,7 +213,7 @@ func (s *Supervisor) begin() {
 		return
 	}
 	if s.cfg.OnExecutorStarted != nil {
-		s.cfg.OnExecutorStarted()
+		s.cfg.OnExecutorStarted(s.executor.pid)
 	}
 }
 

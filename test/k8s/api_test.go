@@ -272,6 +272,7 @@ type pod struct {
 	}
 	Status struct {
 		Phase             string
+		Reason, Message   string
 		PodIP             string
 		Conditions        []condition
 		ContainerStatuses []struct {

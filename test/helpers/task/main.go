@@ -63,6 +63,7 @@ func main() {
 	orphans := flag.Int("orphans", 0, "make this many orphans that exit at once")
 	lines := flag.Int("lines", 0, "write this many numbered lines to stdout at start")
 	fill := flag.Int("fill-stdout", 0, "write this many bytes to stdout in the background (blocks there when nobody reads)")
+	inhibit := flag.Duration("inhibit", -1, "take a delay lock on shutdown from the system bus, and release it this long after PrepareForShutdown(true)")
 	grandchild := flag.Duration("grandchild", 0, "start a TERM-ignoring grandchild in its own session that sleeps this long")
 	// nodeinit adds flags of its own to the executor's and the proxy's
 	// command lines (--cgroup-root, --v, --proxy-mode, ...).
@@ -84,6 +85,9 @@ func main() {
 	}
 	if *report != "" {
 		writeReport(*report)
+	}
+	if *inhibit >= 0 {
+		inhibitShutdown(rec, *inhibit)
 	}
 	if *grandchild > 0 {
 		cmd := exec.Command("/proc/self/exe", "grandchild", grandchild.String())

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+	"golang.org/x/sys/unix"
+)
+
+// inhibitShutdown does what the kubelet's graceful node shutdown does on
+// the system bus that DBUS_SYSTEM_BUS_ADDRESS names: it takes a delay lock
+// on shutdown, waits for PrepareForShutdown(true), "drains" for drain, and
+// releases the lock. It notes INHIBIT, PREPARE and RELEASED in rec as it
+// goes, like the signals it receives.
+func inhibitShutdown(rec *os.File, drain time.Duration) {
+	conn, err := dbus.SystemBus()
+	check(err)
+	logind := conn.Object("org.freedesktop.login1", "/org/freedesktop/login1")
+	var fd dbus.UnixFD
+	check(logind.Call("org.freedesktop.login1.Manager.Inhibit", 0, "shutdown", "task", "test of graceful node shutdown", "delay").Store(&fd))
+	check(conn.AddMatchSignal(dbus.WithMatchInterface("org.freedesktop.login1.Manager"), dbus.WithMatchMember("PrepareForShutdown"),
+		dbus.WithMatchObjectPath("/org/freedesktop/login1")))
+	signals := make(chan *dbus.Signal, 4)
+	conn.Signal(signals)
+	note(rec, "INHIBIT")
+	go func() {
+		for s := range signals {
+			if len(s.Body) == 1 && s.Body[0] == true {
+				note(rec, "PREPARE")
+				time.Sleep(drain) // the pods' grace periods, in a real kubelet
+				check(unix.Close(int(fd)))
+				note(rec, "RELEASED")
+				return
+			}
+		}
+	}()
+}
+
+func note(rec *os.File, what string) {
+	if rec != nil {
+		fmt.Fprintf(rec, "%s %d\n", what, time.Now().UnixNano())
+	}
+}
