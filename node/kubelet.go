@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"io/fs"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -72,27 +72,34 @@ func (k KubeletConfig) ShutdownDelay() time.Duration {
 const maxKubeletFile = 1 << 20
 
 // ReadKubeletConfig reads the kubelet configuration that args (the
-// executor's arguments) point at with --config and --config-dir. Without
-// --config it returns the zero KubeletConfig and no error: the executor may
-// not be a kubelet at all. A file named but unreadable or not YAML is an
-// error that names it.
+// executor's arguments) point at: the --config file, then every *.conf
+// below --config-dir, walked as the kubelet walks it (recursively, in
+// lexical order), each merged over the ones before. Without either flag it
+// returns the zero KubeletConfig and no error: the executor may not be a
+// kubelet at all. A file named but unreadable or not YAML is an error that
+// names it.
 func ReadKubeletConfig(args []string) (KubeletConfig, error) {
 	var k KubeletConfig
 	file, _ := flagValue(args, "config")
-	if file == "" {
-		return k, nil
+	dir, _ := flagValue(args, "config-dir")
+	var files []string
+	if file != "" {
+		k.File = file
+		files = append(files, file)
 	}
-	k.File = file
-	files := []string{file}
-	if dir, _ := flagValue(args, "config-dir"); dir != "" {
-		// The kubelet merges every *.conf of the drop-in directory over the
-		// file, in lexical order.
-		dropins, err := filepath.Glob(filepath.Join(dir, "*.conf"))
+	if dir != "" {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() && filepath.Ext(path) == ".conf" {
+				files = append(files, path)
+			}
+			return nil
+		})
 		if err != nil {
 			return k, fmt.Errorf("kubelet --config-dir %s: %w", dir, err)
 		}
-		slices.Sort(dropins)
-		files = append(files, dropins...)
 	}
 	for _, f := range files {
 		if err := mergeKubeletFile(&k, f); err != nil {

@@ -26,15 +26,22 @@ func TestReadKubeletConfigMergesDropInsInOrder(t *testing.T) {
 	b := write("d/20-b.conf", "cgroupRoot: /second\n")
 	a := write("d/10-a.conf", "cgroupRoot: /first\nshutdownGracePeriodCriticalPods: 10s\n")
 	write("d/ignored.yaml", "cgroupRoot: /never\n")
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Mkdir(filepath.Join(dir, "d", "15-sub"), 0o700))
+	sub := write("d/15-sub/x.conf", "address: 10.0.0.2\n")
 
 	k, err := ReadKubeletConfig([]string{"--config", file, "--config-dir=" + filepath.Join(dir, "d"), "--v=2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.CgroupRoot != "/second" || k.Address != "10.0.0.1" || k.ShutdownGracePeriodCriticalPods.Duration != 10*time.Second {
+	if k.CgroupRoot != "/second" || k.Address != "10.0.0.2" || k.ShutdownGracePeriodCriticalPods.Duration != 10*time.Second {
 		t.Errorf("merged config = %+v", k)
 	}
-	if want := []string{file, a, b}; !reflect.DeepEqual(k.Files, want) {
+	if want := []string{file, a, sub, b}; !reflect.DeepEqual(k.Files, want) {
 		t.Errorf("files read = %v, want %v", k.Files, want)
 	}
 	if k.ShutdownDelay() != 30*time.Second {
@@ -48,6 +55,19 @@ func TestKubeletShutdownDelayIsTheSumByPodPriority(t *testing.T) {
 	}}
 	if got := k.ShutdownDelay(); got != 35*time.Second {
 		t.Errorf("delay = %v, want 35s (the kubelet ignores shutdownGracePeriod when the list is given)", got)
+	}
+}
+
+// The kubelet takes --config-dir without --config, as drop-ins over its
+// defaults.
+func TestReadKubeletConfigFromTheDropInsAlone(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "10.conf"), []byte("cgroupRoot: /dropin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k, err := ReadKubeletConfig([]string{"--config-dir", dir})
+	if err != nil || k.CgroupRoot != "/dropin" || k.File != "" {
+		t.Errorf("got %+v, %v", k, err)
 	}
 }
 

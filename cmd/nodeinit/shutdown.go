@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -54,13 +55,13 @@ func shutdownDelay(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) t
 	if gs.Delay.Duration > 0 {
 		if gs.Delay.Duration < wanted {
 			klog.Warningf("--graceful-node-shutdown-delay %v is shorter than the kubelet's shutdownGracePeriod %v (%s): "+
-				"the kubelet will turn graceful node shutdown off", gs.Delay.Duration, wanted, kubelet.File)
+				"the kubelet will turn graceful node shutdown off", gs.Delay.Duration, wanted, strings.Join(kubelet.Files, " "))
 		}
 		return gs.Delay.Duration
 	}
-	if kubelet.File != "" && wanted == 0 {
+	if len(kubelet.Files) > 0 && wanted == 0 {
 		klog.Warningf("the kubelet's configuration %s sets no shutdownGracePeriod, so it will not drain the node: "+
-			"nodeinit serves login1 anyway and stops the executor at once", kubelet.File)
+			"nodeinit serves login1 anyway and stops the executor at once", strings.Join(kubelet.Files, " "))
 	}
 	return max(wanted, logind.DefaultInhibitDelayMax)
 }
