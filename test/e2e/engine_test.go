@@ -93,6 +93,12 @@ func (e *engine) setup(t *testing.T) error {
 			return err
 		}
 	}
+	// The image's shell: a static busybox, called sh.
+	busybox := "/bin/busybox"
+	testenv.Require(t, isFile(busybox), "needs a static busybox at "+busybox+" (Debian's busybox-static)")
+	if err := copyFile(busybox, filepath.Join(context, "bin", "sh")); err != nil {
+		return err
+	}
 	dockerfile := filepath.Join(testenv.ModuleRoot(t), "images", "e2e", "Dockerfile")
 	if _, err := e.podman("build", "-q", "-f", dockerfile, "-t", e.image, context); err != nil {
 		return fmt.Errorf("build the e2e image: %w", err)
@@ -174,6 +180,11 @@ func (e *engine) inspect(t *testing.T, name, format string) string {
 }
 
 // randomID is a short unique name part.
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
 func randomID() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
