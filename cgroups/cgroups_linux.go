@@ -29,8 +29,8 @@ import (
 	"github.com/nodeinit/nodeinit/config"
 )
 
-// EvacuationCgroup is where the processes of a v2 namespace root move.
-const EvacuationCgroup = "/init"
+// evacuationCgroup is where the processes of a v2 namespace root move.
+const evacuationCgroup = "/init"
 
 // Options are what Setup and Preview work from.
 type Options struct {
@@ -93,7 +93,7 @@ func prepare(o Options, act bool) (Result, error) {
 		return Result{}, log.failure(o.Require, err)
 	}
 	var res Result
-	evacuate := EvacuateByDefault(os.Getpid(), layout)
+	evacuate := evacuateByDefault(os.Getpid(), layout)
 	if o.V2Evacuate != nil {
 		evacuate = *o.V2Evacuate
 	}
@@ -109,7 +109,7 @@ func prepare(o Options, act bool) (Result, error) {
 		}
 	}
 
-	target, err := Discover(o.Parent, o.MesosPrefix, getenv)
+	target, err := discover(o.Parent, o.MesosPrefix, getenv)
 	if err != nil {
 		return res, log.failure(o.Require, err)
 	}
@@ -130,7 +130,7 @@ func prepare(o Options, act bool) (Result, error) {
 	case target.Cgroup != "":
 		res.Cgroup = target.Cgroup
 		planned := map[string]bool{}
-		for _, s := range PlanJoin(layout, "/", target.Cgroup, o.V2Leaf) {
+		for _, s := range planJoin(layout, "/", target.Cgroup, o.V2Leaf) {
 			planned[s.Hierarchy.Name()] = s.Missing == ""
 		}
 		in = func(h Hierarchy) bool { return planned[h.Name()] }
@@ -231,8 +231,8 @@ func join(l Layout, cgroup, leaf string) (map[string]string, error) {
 	if l.Mode() == NoCgroups {
 		return nil, errors.New("no cgroup filesystem is mounted (no cgroup or cgroup2 line in /proc/self/mountinfo)")
 	}
-	steps := PlanJoin(l, "/", cgroup, leaf)
-	var found, missing []Step
+	steps := planJoin(l, "/", cgroup, leaf)
+	var found, missing []step
 	for _, s := range steps {
 		if s.Missing == "" {
 			found = append(found, s)
@@ -303,7 +303,7 @@ func join(l Layout, cgroup, leaf string) (map[string]string, error) {
 
 // enter moves pid into the cgroup of one step, creating the v2 leaf first
 // when the plan needs it.
-func enter(s Step, pid int) error {
+func enter(s step, pid int) error {
 	if s.CreateLeaf {
 		if err := os.Mkdir(s.Dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("create the v2 leaf cgroup %s: %w", s.Cgroup, err)
@@ -325,10 +325,10 @@ func enter(s Step, pid int) error {
 	return fmt.Errorf("join cgroup %s in the %s hierarchy: %w%s", s.Cgroup, s.Hierarchy.Name(), err, hint)
 }
 
-// EvacuateByDefault is the auto value of --cgroup-v2-evacuate: true when
+// evacuateByDefault is the auto value of --cgroup-v2-evacuate: true when
 // nodeinit is PID 1 on a pure v2 host at the root of its cgroup namespace,
 // where the kubelet could not create pod cgroups beside it.
-func EvacuateByDefault(pid int, l Layout) bool {
+func evacuateByDefault(pid int, l Layout) bool {
 	h, ok := l.Unified()
 	return pid == 1 && ok && l.Mode() == V2 && h.Current == "/"
 }
@@ -344,12 +344,12 @@ func evacuateRoot(l Layout) error {
 	if !ok {
 		return fmt.Errorf("the cgroup2 mount at %s shows cgroup %s, not the namespace root", h.Mountpoint, h.Root)
 	}
-	dest := filepath.Join(root, EvacuationCgroup)
+	dest := filepath.Join(root, evacuationCgroup)
 	if err := os.Mkdir(dest, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		if errors.Is(err, unix.EROFS) {
 			return fmt.Errorf("the cgroup filesystem at %s is read-only, so the processes of the root stay there and the kubelet may fail to create pod cgroups (mount it read-write)", h.Mountpoint)
 		}
-		return fmt.Errorf("create %s: %w", EvacuationCgroup, err)
+		return fmt.Errorf("create %s: %w", evacuationCgroup, err)
 	}
 	moved, err := moveAll(root, dest)
 	if err != nil {
@@ -368,7 +368,7 @@ func evacuateRoot(l Layout) error {
 		enabled = append(enabled, c)
 	}
 	klog.Infof("moved %d processes of the root cgroup into %s; controllers enabled for its children: %s",
-		moved, EvacuationCgroup, strings.Join(enabled, " "))
+		moved, evacuationCgroup, strings.Join(enabled, " "))
 	if len(failed) > 0 {
 		return fmt.Errorf("could not enable controllers in the root's cgroup.subtree_control: %s", strings.Join(failed, ", "))
 	}
@@ -402,15 +402,15 @@ func moveAll(dir, dest string) (int, error) {
 				continue // it exited meanwhile
 			}
 			if err != nil {
-				return moved, fmt.Errorf("move pid %d into %s: %w", pid, EvacuationCgroup, err)
+				return moved, fmt.Errorf("move pid %d into %s: %w", pid, evacuationCgroup, err)
 			}
 			moved++
 		}
 		if outside == len(pids) {
-			return moved, fmt.Errorf("%d processes of the root cgroup are outside nodeinit's pid namespace and cannot be moved into %s", outside, EvacuationCgroup)
+			return moved, fmt.Errorf("%d processes of the root cgroup are outside nodeinit's pid namespace and cannot be moved into %s", outside, evacuationCgroup)
 		}
 	}
-	return moved, fmt.Errorf("the root cgroup still has processes after moving %d of them into %s", moved, EvacuationCgroup)
+	return moved, fmt.Errorf("the root cgroup still has processes after moving %d of them into %s", moved, evacuationCgroup)
 }
 
 // plural names the items of list with the noun that fits their number:

@@ -647,8 +647,8 @@ func TestEvacuationOfAV2NamespaceRoot(t *testing.T) {
 	if r.Pid != 1 || !r.Result.Evacuated {
 		t.Fatalf("pid %d evacuated %v, want PID 1 evacuating by default\nlog:\n%s", r.Pid, r.Result.Evacuated, log)
 	}
-	if got := cgroupLines(r.Cgroup)[""]; got != EvacuationCgroup {
-		t.Errorf("PID 1 in %q, want %s", got, EvacuationCgroup)
+	if got := cgroupLines(r.Cgroup)[""]; got != evacuationCgroup {
+		t.Errorf("PID 1 in %q, want %s", got, evacuationCgroup)
 	}
 	if !strings.Contains(log, "moved 3 processes of the root cgroup into /init") || !strings.Contains(log, "staying in unified:/init") {
 		t.Errorf("the log does not tell the evacuation:\n%s", log)
@@ -657,8 +657,8 @@ func TestEvacuationOfAV2NamespaceRoot(t *testing.T) {
 		t.Fatalf("%d children reported, want 2", len(r.Children))
 	}
 	for pid, text := range r.Children {
-		if got := cgroupLines(text)[""]; got != EvacuationCgroup {
-			t.Errorf("child %s in %q, want %s", pid, got, EvacuationCgroup)
+		if got := cgroupLines(text)[""]; got != evacuationCgroup {
+			t.Errorf("child %s in %q, want %s", pid, got, evacuationCgroup)
 		}
 	}
 	if strings.TrimSpace(r.RootProcs) != "" {
@@ -756,8 +756,8 @@ func TestSetupEvacuatesThenJoinsOnAPureV2Host(t *testing.T) {
 		t.Errorf("PID 1 in %q, want /mesos/%s", got, id)
 	}
 	for pid, text := range r.Children {
-		if got := cgroupLines(text)[""]; got != EvacuationCgroup {
-			t.Errorf("child %s in %q, want %s", pid, got, EvacuationCgroup)
+		if got := cgroupLines(text)[""]; got != evacuationCgroup {
+			t.Errorf("child %s in %q, want %s", pid, got, evacuationCgroup)
 		}
 	}
 }
@@ -777,8 +777,8 @@ func TestSetupOfADockerTaskInAPrivateV2Namespace(t *testing.T) {
 	if !r.Result.Evacuated || r.Result.KubeletRoot != "/" || r.Result.ContainerID != id || len(r.Result.Joined) != 0 {
 		t.Errorf("result %+v, want evacuated, nothing joined, id %s, kubelet root /", r.Result, id)
 	}
-	if got := cgroupLines(r.Cgroup)[""]; got != EvacuationCgroup {
-		t.Errorf("PID 1 in %q, want %s", got, EvacuationCgroup)
+	if got := cgroupLines(r.Cgroup)[""]; got != evacuationCgroup {
+		t.Errorf("PID 1 in %q, want %s", got, evacuationCgroup)
 	}
 	if !strings.Contains(log, "the container's cgroup / is the root of the cgroup mounts, which is the kubelet's default cgroup root") {
 		t.Errorf("the log does not say what the kubelet gets:\n%s", log)

@@ -29,9 +29,9 @@ const (
 // the agent), whatever its --cgroups_root.
 const nestedSeparator = "mesos"
 
-// Target is what Discover found: the cgroup to join, if any, and the
+// target is what Discover found: the cgroup to join, if any, and the
 // container.
-type Target struct {
+type target struct {
 	// Cgroup is the absolute cgroup path to join, such as /mesos/<id>;
 	// empty when nodeinit stays where it was started.
 	Cgroup string
@@ -48,7 +48,7 @@ type Target struct {
 	Source string
 }
 
-// Discover finds the cgroup to join from --cgroup-parent (parent), the
+// discover finds the cgroup to join from --cgroup-parent (parent), the
 // agent's --cgroups_root (prefix) and the Mesos variables, which getenv
 // looks up (os.Getenv in nodeinit, a map in tests). parent and prefix are
 // valid settings (config validates them).
@@ -58,20 +58,20 @@ type Target struct {
 // containerizer's container is /<prefix>/<id>, a nested one
 // /<prefix>/<parent>/mesos/<child>, found from MESOS_SANDBOX (nested) or
 // MESOS_DIRECTORY. Without any of them nodeinit stays too.
-func Discover(parent, prefix string, getenv func(string) string) (Target, error) {
-	var t Target
+func discover(parent, prefix string, getenv func(string) string) (target, error) {
+	var t target
 	var chain []string
 	if name := getenv(EnvMesosContainerName); name != "" {
 		id, err := containerOfDockerName(name)
 		if err != nil {
-			return Target{}, err
+			return target{}, err
 		}
 		t.ContainerID, t.InOwn = id, true
 		t.Source = EnvMesosContainerName + "=" + name
 	} else {
 		c, source, err := mesosContainers(getenv)
 		if err != nil {
-			return Target{}, err
+			return target{}, err
 		}
 		chain, t.Source = c, source
 		if len(chain) > 0 {

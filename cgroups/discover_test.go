@@ -85,7 +85,7 @@ func TestDiscoverFindsTheCgroup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Discover(tt.parent, tt.prefix, func(k string) string { return tt.env[k] })
+			got, err := discover(tt.parent, tt.prefix, func(k string) string { return tt.env[k] })
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one mentioning %q", err, tt.wantErr)

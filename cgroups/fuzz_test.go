@@ -33,7 +33,7 @@ func FuzzDiscover(f *testing.F) {
 			return // config rejects these settings before Discover sees them
 		}
 		env := map[string]string{EnvMesosDirectory: dir, EnvMesosSandbox: sandbox, EnvMesosContainerName: name}
-		got, err := Discover(parent, prefix, func(k string) string { return env[k] })
+		got, err := discover(parent, prefix, func(k string) string { return env[k] })
 		if err != nil {
 			if strings.Contains(err.Error(), "\n") {
 				t.Errorf("error of more than one line: %q", err)

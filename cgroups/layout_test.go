@@ -155,7 +155,7 @@ func TestPlanJoin(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			steps := PlanJoin(l, root, tt.cgroup, "leaf")
+			steps := planJoin(l, root, tt.cgroup, "leaf")
 			if len(steps) != len(tt.want) {
 				t.Fatalf("%d steps, want %d: %+v", len(steps), len(tt.want), steps)
 			}
@@ -202,7 +202,7 @@ func TestEvacuateByDefault(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := EvacuateByDefault(tt.pid, tt.layout); got != tt.want {
+			if got := evacuateByDefault(tt.pid, tt.layout); got != tt.want {
 				t.Errorf("EvacuateByDefault = %v, want %v", got, tt.want)
 			}
 		})

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 )
 
-// Step is what joining a cgroup means in one hierarchy.
-type Step struct {
+// step is what joining a cgroup means in one hierarchy.
+type step struct {
 	Hierarchy Hierarchy
 	// Cgroup is the cgroup to write the pid into: the target, or its leaf
 	// on v2 when the target hands controllers to its children.
@@ -21,16 +21,16 @@ type Step struct {
 	Missing string
 }
 
-// PlanJoin decides, for every hierarchy of l, where joining cgroup leads,
+// planJoin decides, for every hierarchy of l, where joining cgroup leads,
 // looking at the cgroup directories below fsRoot ("/" on a live system).
 // A v1 hierarchy joins the cgroup where it exists. The unified hierarchy
 // does too, unless the cgroup's cgroup.subtree_control enables a controller:
-// a process may not live in such a cgroup on v2, so the plan uses the leaf
-// child <cgroup>/<leaf> instead.
-func PlanJoin(l Layout, fsRoot, cgroup, leaf string) []Step {
-	var steps []Step
+// a process may not live in such a cgroup on v2 (docs/design.md, rule 5), so
+// the plan uses the leaf child <cgroup>/<leaf> instead.
+func planJoin(l Layout, fsRoot, cgroup, leaf string) []step {
+	var steps []step
 	for _, h := range l.Hierarchies {
-		s := Step{Hierarchy: h, Cgroup: cgroup}
+		s := step{Hierarchy: h, Cgroup: cgroup}
 		dir, ok := h.Dir(fsRoot, cgroup)
 		switch {
 		case !ok:

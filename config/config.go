@@ -16,7 +16,7 @@ const (
 )
 
 // Proxy modes kube-proxy still has; userspace was removed in Kubernetes 1.26.
-var ProxyModes = []string{"iptables", "ipvs", "nftables"}
+var proxyModes = []string{"iptables", "ipvs", "nftables"}
 
 // Config is every setting of nodeinit. Its JSON names are the file format.
 type Config struct {

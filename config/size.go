@@ -27,11 +27,11 @@ var suffixes = []struct {
 	{"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"P", 1e15}, {"E", 1e18},
 }
 
-// ParseSize reads a Kubernetes quantity (binary suffixes Ki..Ei, decimal
+// parseSize reads a Kubernetes quantity (binary suffixes Ki..Ei, decimal
 // suffixes k..E, or plain bytes; decimals allowed) and returns it in MiB,
 // rounded to the nearest whole MiB and at least 1. It computes exactly, with
 // no floating point, so "1.1Mi" and "1153434" agree.
-func ParseSize(s string) (Mebibytes, error) {
+func parseSize(s string) (Mebibytes, error) {
 	num, mult := s, uint64(1)
 	for _, x := range suffixes {
 		if strings.HasSuffix(s, x.s) {
@@ -96,7 +96,7 @@ func (m Mebibytes) String() string { return strconv.Itoa(int(m)) + "Mi" }
 
 // Set parses a quantity given on the command line.
 func (m *Mebibytes) Set(s string) error {
-	v, err := ParseSize(s)
+	v, err := parseSize(s)
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ func TestParseSizeRoundsToWholeMebibytes(t *testing.T) {
 		{"1.1Mi", 1},
 		{"1153434", 1},
 	} {
-		got, err := ParseSize(tc.in)
+		got, err := parseSize(tc.in)
 		if err != nil || got != tc.want {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
 		}
@@ -66,7 +66,7 @@ func TestParseSizeRejectsWhatIsNotAQuantity(t *testing.T) {
 		{"18446744073709551616Ki", "must be at most 8Ei"},
 		{"1.0000000000001Mi", "at most 12 decimal places"},
 	} {
-		got, err := ParseSize(tc.in)
+		got, err := parseSize(tc.in)
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("ParseSize(%q) = %d, %v; want an error saying %q", tc.in, got, err, tc.err)
 		}
@@ -102,7 +102,7 @@ func FuzzParseSize(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got, err := ParseSize(s)
+		got, err := parseSize(s)
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatalf("ParseSize(%q): empty error", s)
@@ -116,7 +116,7 @@ func FuzzParseSize(f *testing.F) {
 		if !ok || int64(got) != want {
 			t.Fatalf("ParseSize(%q) = %d; exact arithmetic says %d (ok=%v)", s, got, want, ok)
 		}
-		if back, err := ParseSize(got.String()); err != nil || back != got {
+		if back, err := parseSize(got.String()); err != nil || back != got {
 			t.Fatalf("ParseSize(%q) = %d, but its String %q reads back as %d, %v", s, got, got.String(), back, err)
 		}
 	})

@@ -29,7 +29,7 @@ func (c *Config) Validate() []FieldError {
 	}
 	v.text("proxy.path", p.Path)
 	v.list("proxy.args", p.Args)
-	v.oneOf("proxy.mode", p.Mode, ProxyModes...)
+	v.oneOf("proxy.mode", p.Mode, proxyModes...)
 	if p.BindAddress != "" {
 		if _, err := netip.ParseAddr(p.BindAddress); err != nil {
 			v.add(ErrorTypeInvalid, "proxy.bindAddress", p.BindAddress, "must be an IP address like 10.0.0.5 or fd00::5")

@@ -39,7 +39,8 @@ var inPrivate bool
 // goroutines on many threads, so Enter unshares on its own locked thread,
 // changes the propagation of "/", and re-executes /proc/self/exe there with
 // the same arguments: after execve every thread and every later child is
-// inside. On success the first call therefore never returns. In the
+// inside (docs/design.md, rule 4). On success the first call therefore
+// never returns. In the
 // re-executed process Enter finds the marker, removes it from the
 // environment and returns nil. Call it first thing in main, before any
 // child is started. beforeExec, when set, is called right before the

@@ -90,7 +90,7 @@ func FuzzArguments(f *testing.F) {
 				t.Fatalf("executor args %q lost or reordered %q", e.Args, c.Executor.Args)
 			}
 		}
-		if id != "" && e.Env[len(e.Env)-1] != ContainerIDEnv+"="+id {
+		if id != "" && e.Env[len(e.Env)-1] != containerIDEnv+"="+id {
 			t.Fatalf("executor env %q lacks the container id", e.Env)
 		}
 	})

@@ -3,8 +3,8 @@ package node
 import (
 	"fmt"
 	"io"
-	"os"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"

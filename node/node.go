@@ -14,11 +14,11 @@ import (
 	"github.com/nodeinit/nodeinit/config"
 )
 
-// ContainerIDEnv names the executor's environment variable that carries the
+// containerIDEnv names the executor's environment variable that carries the
 // Mesos container id. Only the kubernetes-mesos minion's own
 // kubelet-executor read it (to tag pod containers for the agent's garbage
 // collection); a kubelet ignores it.
-const ContainerIDEnv = "MESOS_EXECUTOR_CONTAINER_UUID"
+const containerIDEnv = "MESOS_EXECUTOR_CONTAINER_UUID"
 
 // Container is what cgroup discovery found out about the container nodeinit
 // runs in; the zero value means nothing was found.
@@ -74,7 +74,7 @@ func Environ(environ []string, pathOverride, dir string) []string {
 func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig) Command {
 	cmd := Command{Path: c.Executor.Path, Args: append([]string(nil), c.Executor.Args...), Env: env}
 	if ct.ID != "" {
-		cmd.Env = setenv(env, ContainerIDEnv, ct.ID)
+		cmd.Env = setenv(env, containerIDEnv, ct.ID)
 	}
 	if c.Executor.ContainPodResources && ct.Cgroup != "" && ct.Cgroup != "/" {
 		if _, own := OwnCgroupRoot(cmd.Args, kc); own == "" {

@@ -42,21 +42,21 @@ type Probe struct {
 
 // Defaults of a Probe.
 const (
-	DefaultInterval    = 100 * time.Millisecond
-	DefaultMaxInterval = 2 * time.Second
-	DefaultTimeout     = time.Second
+	defaultInterval    = 100 * time.Millisecond
+	defaultMaxInterval = 2 * time.Second
+	defaultTimeout     = time.Second
 )
 
 // withDefaults fills the zero fields.
 func (p Probe) withDefaults() Probe {
 	if p.Interval <= 0 {
-		p.Interval = DefaultInterval
+		p.Interval = defaultInterval
 	}
 	if p.MaxInterval < p.Interval {
-		p.MaxInterval = max(DefaultMaxInterval, p.Interval)
+		p.MaxInterval = max(defaultMaxInterval, p.Interval)
 	}
 	if p.Timeout <= 0 {
-		p.Timeout = DefaultTimeout
+		p.Timeout = defaultTimeout
 	}
 	return p
 }

@@ -1,7 +1,8 @@
 // Package proctree reads nodeinit's own subtree of processes from a proc
 // filesystem. nodeinit uses it when it is a child subreaper rather than
 // PID 1: it cannot signal "every process of the namespace" with kill(-1),
-// so at shutdown it signals the descendants it finds here instead.
+// so at shutdown it signals the descendants it finds here instead
+// (docs/design.md, rule 9).
 //
 // The walk follows the kernel's own lists of each process's children
 // (/proc/PID/task/TID/children, one per thread, since a child belongs to

@@ -1,7 +1,7 @@
 // Package reaper owns waiting for child processes. It is the only code in
 // nodeinit that calls wait4: tasks are started through it, so that starting a
 // child and registering its pid happen under the lock that reaping takes, and
-// an exit status can never be taken by anyone else (DESIGN.md, rule 1).
+// an exit status can never be taken by anyone else (docs/design.md, rule 1).
 // Every other child the kernel hands us — orphans re-parented to PID 1 or to
 // a child subreaper — is reaped and counted.
 package reaper

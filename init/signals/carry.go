@@ -11,12 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CarryEnv is the environment variable in which a nodeinit that re-executes
+// carryEnv is the environment variable in which a nodeinit that re-executes
 // itself (to enter a private mount namespace) tells the new image what it
 // knew of signals: which were ignored when it started, and which TERM or INT
 // it caught before the re-exec. The re-executed nodeinit removes it before
 // anything can start a child.
-const CarryEnv = "NODEINIT_SIGNALS"
+const carryEnv = "NODEINIT_SIGNALS"
 
 // Carried is what a re-exec passed on.
 type Carried struct {
@@ -27,12 +27,12 @@ type Carried struct {
 
 // TakeCarried reads and removes CarryEnv.
 func TakeCarried() (Carried, error) {
-	v, ok := os.LookupEnv(CarryEnv)
+	v, ok := os.LookupEnv(carryEnv)
 	if !ok {
 		return Carried{}, nil
 	}
-	if err := os.Unsetenv(CarryEnv); err != nil {
-		return Carried{}, fmt.Errorf("remove %s from the environment: %w", CarryEnv, err)
+	if err := os.Unsetenv(carryEnv); err != nil {
+		return Carried{}, fmt.Errorf("remove %s from the environment: %w", carryEnv, err)
 	}
 	c := Carried{Valid: true}
 	for field := range strings.SplitSeq(v, ";") {
@@ -44,7 +44,7 @@ func TakeCarried() (Carried, error) {
 		case "pending":
 			into = &c.Pending
 		default:
-			return Carried{}, fmt.Errorf("%s=%q: unknown field %q", CarryEnv, v, key)
+			return Carried{}, fmt.Errorf("%s=%q: unknown field %q", carryEnv, v, key)
 		}
 		for name := range strings.SplitSeq(list, ",") {
 			if name == "" {
@@ -52,7 +52,7 @@ func TakeCarried() (Carried, error) {
 			}
 			sig, ok := Parse(name)
 			if !ok {
-				return Carried{}, fmt.Errorf("%s=%q: unknown signal %q", CarryEnv, v, name)
+				return Carried{}, fmt.Errorf("%s=%q: unknown signal %q", carryEnv, v, name)
 			}
 			*into = append(*into, sig)
 		}
@@ -95,7 +95,7 @@ func (s *Set) ForExec() string {
 	for i, sig := range s.IgnoredAtStart {
 		ignored[i] = Name(sig)
 	}
-	return CarryEnv + "=ignored=" + strings.Join(ignored, ",") + ";pending=" + strings.Join(pending, ",")
+	return carryEnv + "=ignored=" + strings.Join(ignored, ",") + ";pending=" + strings.Join(pending, ",")
 }
 
 // takeKernelPending takes every signal of sigs that the kernel holds for

@@ -1,6 +1,7 @@
 // Package signals owns nodeinit's signal table: which signals it catches,
 // what it does with each (the Route), which it leaves alone, and catching
-// them early enough that none is lost while nodeinit starts.
+// them early enough that none is lost while nodeinit starts (docs/design.md,
+// rules 2 and 3).
 //
 // nodeinit passes on every signal that can be caught, as tini and dumb-init
 // do, with four exceptions: SIGCHLD (it reaps), SIGUSR1 (it logs a status

@@ -43,7 +43,7 @@ func TestNamesRoundTrip(t *testing.T) {
 }
 
 func TestCarriedAcrossTheReexec(t *testing.T) {
-	t.Setenv(CarryEnv, "ignored=HUP,TSTP;pending=TERM,INT")
+	t.Setenv(carryEnv, "ignored=HUP,TSTP;pending=TERM,INT")
 	c, err := TakeCarried()
 	if err != nil {
 		t.Fatal(err)
@@ -51,16 +51,16 @@ func TestCarriedAcrossTheReexec(t *testing.T) {
 	if !c.Valid || !slices.Equal(c.Ignored, []syscall.Signal{unix.SIGHUP, unix.SIGTSTP}) || !slices.Equal(c.Pending, []syscall.Signal{unix.SIGTERM, unix.SIGINT}) {
 		t.Errorf("carried %+v", c)
 	}
-	if _, still := syscall.Getenv(CarryEnv); still {
+	if _, still := syscall.Getenv(carryEnv); still {
 		t.Error("the variable is still in the environment, where a child would see it")
 	}
 	for _, bad := range []string{"ignored=NOPE", "stale=1", "pending=TERM;x=y"} {
-		t.Setenv(CarryEnv, bad)
+		t.Setenv(carryEnv, bad)
 		if _, err := TakeCarried(); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	t.Setenv(CarryEnv, "ignored=;pending=")
+	t.Setenv(carryEnv, "ignored=;pending=")
 	if c, err := TakeCarried(); err != nil || !c.Valid || len(c.Ignored)+len(c.Pending) != 0 {
 		t.Errorf("empty lists: %+v, %v", c, err)
 	}

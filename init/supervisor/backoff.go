@@ -14,9 +14,9 @@ type Backoff struct {
 	current time.Duration
 }
 
-// Next returns the delay before the next start, given how long the run that
+// next returns the delay before the next start, given how long the run that
 // just ended lasted.
-func (b *Backoff) Next(ran time.Duration) time.Duration {
+func (b *Backoff) next(ran time.Duration) time.Duration {
 	if b.current == 0 || ran >= b.Reset {
 		b.current = b.Initial
 	} else {

@@ -25,7 +25,7 @@ func TestBackoffDoublesToTheCapAndResetsAfterAHealthyRun(t *testing.T) {
 		{2 * time.Hour, 1 * time.Second},
 	}
 	for i, s := range steps {
-		if got := b.Next(s.ran); got != s.want {
+		if got := b.next(s.ran); got != s.want {
 			t.Fatalf("step %d (ran %v): Next = %v, want %v", i, s.ran, got, s.want)
 		}
 		if b.Current() != s.want {

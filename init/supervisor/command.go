@@ -12,34 +12,35 @@ import (
 
 // Exit codes for a command that cannot be run, as a shell reports them.
 const (
-	CodeNotFound      = 127
-	CodeNotExecutable = 126
+	codeNotFound      = 127
+	codeNotExecutable = 126
 )
 
-// StartError is a task that could not be started. Code is the exit status
+// cannotStart is a task that could not be started. Code is the exit status
 // nodeinit reports for it: 127 when the command does not exist, 126 when it
 // exists but cannot be executed.
-type StartError struct {
+type cannotStart struct {
 	Task string
 	Path string
 	Err  error
 	Code int
 }
 
-func (e *StartError) Error() string {
+func (e *cannotStart) Error() string {
 	return fmt.Sprintf("cannot start %s %q: %v", e.Task, e.Path, e.Err)
 }
 
-func (e *StartError) Unwrap() error { return e.Err }
+func (e *cannotStart) Unwrap() error { return e.Err }
 
-// ExitCode is the exit status nodeinit reports for a task that could not be
-// started: the StartError's 126 or 127. It is the one place that decides it.
-func ExitCode(err error) int {
-	var se *StartError
+// exitCodeOf is the exit status nodeinit reports for a task that could not be
+// started: the cannotStart's 126 or 127. It is the one place that decides it
+// (docs/design.md, rule 6).
+func exitCodeOf(err error) int {
+	var se *cannotStart
 	if errors.As(err, &se) {
 		return se.Code
 	}
-	return CodeNotExecutable
+	return codeNotExecutable
 }
 
 // getenv is the last value of key in env, as exec would see it.
@@ -53,17 +54,17 @@ func getenv(env []string, key string) string {
 	return v
 }
 
-// Resolve finds the program that a task names, the way execvp would: a name
+// resolve finds the program that a task names, the way execvp would: a name
 // with a slash is taken as a path, any other is searched in pathList (the
-// PATH the task will run with). It fails with a *StartError whose Code tells
+// PATH the task will run with). It fails with a *cannotStart whose Code tells
 // not found (127) from not executable (126).
-func Resolve(task, name, pathList string) (string, error) {
+func resolve(task, name, pathList string) (string, error) {
 	if name == "" {
-		return "", &StartError{Task: task, Path: name, Err: errors.New("empty command"), Code: CodeNotFound}
+		return "", &cannotStart{Task: task, Path: name, Err: errors.New("empty command"), Code: codeNotFound}
 	}
 	if strings.Contains(name, "/") {
 		if err := executable(name); err != nil {
-			return "", startError(task, name, err)
+			return "", classifyStartError(task, name, err)
 		}
 		return name, nil
 	}
@@ -82,9 +83,9 @@ func Resolve(task, name, pathList string) (string, error) {
 		}
 	}
 	if denied != nil {
-		return "", startError(task, name, denied)
+		return "", classifyStartError(task, name, denied)
 	}
-	return "", &StartError{Task: task, Path: name, Err: fmt.Errorf("not found in PATH %q", pathList), Code: CodeNotFound}
+	return "", &cannotStart{Task: task, Path: name, Err: fmt.Errorf("not found in PATH %q", pathList), Code: codeNotFound}
 }
 
 func executable(path string) error {
@@ -101,17 +102,17 @@ func executable(path string) error {
 	return nil
 }
 
-// startError classifies an error of stat or execve. ENOENT from execve on a
-// file that exists means its interpreter is missing: that is "cannot
-// execute" (126), as in a shell, not "not found".
-func startError(task, path string, err error) *StartError {
-	code := CodeNotExecutable
+// classifyStartError classifies an error of stat or execve. ENOENT from
+// execve on a file that exists means its interpreter is missing: that is
+// "cannot execute" (126), as in a shell, not "not found".
+func classifyStartError(task, path string, err error) *cannotStart {
+	code := codeNotExecutable
 	if errors.Is(err, fs.ErrNotExist) {
-		code = CodeNotFound
+		code = codeNotFound
 		if _, statErr := os.Stat(path); statErr == nil {
-			code = CodeNotExecutable
+			code = codeNotExecutable
 			err = fmt.Errorf("bad interpreter: %w", err)
 		}
 	}
-	return &StartError{Task: task, Path: path, Err: err, Code: code}
+	return &cannotStart{Task: task, Path: path, Err: err, Code: code}
 }

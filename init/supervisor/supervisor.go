@@ -4,7 +4,7 @@
 // respawn, repeat. When the executor dies it shuts everything else down —
 // executor first, proxy last — and returns the executor's exit status.
 //
-// The phases of a run (see docs/design.md):
+// The phases of a run (docs/design.md, "The shutdown"; rule 8 bounds them):
 //
 //	running      the executor runs; the proxy is respawned with backoff
 //	draining     a TERM or INT came and a Drainer drains the node first
@@ -32,7 +32,7 @@ import (
 type Task struct {
 	Name string // "executor" or "proxy", for the log
 	// Path is the program: a path, or a name looked up in the PATH of Env
-	// when the task starts (see Resolve).
+	// when the task starts (see resolve).
 	Path string
 	Args []string
 	Env  []string
@@ -86,8 +86,8 @@ type Config struct {
 	OnShutdown        func()
 }
 
-// DefaultReapBound is Config.ReapBound's default.
-const DefaultReapBound = 2 * time.Second
+// defaultReapBound is Config.ReapBound's default.
+const defaultReapBound = 2 * time.Second
 
 type phase int
 
@@ -154,7 +154,7 @@ func New(cfg Config) *Supervisor {
 
 func newWith(cfg Config, sys system) *Supervisor {
 	if cfg.ReapBound <= 0 {
-		cfg.ReapBound = DefaultReapBound
+		cfg.ReapBound = defaultReapBound
 	}
 	s := &Supervisor{
 		cfg:        cfg,
@@ -182,10 +182,10 @@ func (s *Supervisor) Run() int {
 		if t == nil {
 			continue
 		}
-		path, err := Resolve(t.Name, t.Path, getenv(t.Env, "PATH"))
+		path, err := resolve(t.Name, t.Path, getenv(t.Env, "PATH"))
 		if err != nil {
 			klog.ErrorS(err, "Cannot start", "task", t.Name)
-			return ExitCode(err)
+			return exitCodeOf(err)
 		}
 		t.Path = path
 	}
@@ -207,7 +207,7 @@ func (s *Supervisor) begin() {
 		s.start(s.proxy)
 	}
 	if err := s.start(s.executor); err != nil {
-		s.exitCode = ExitCode(err)
+		s.exitCode = exitCodeOf(err)
 		s.shutdown("the executor could not be started")
 		s.reap() // no SIGCHLD comes when nothing was started
 		return
@@ -349,15 +349,16 @@ func (s *Supervisor) ended(t *task, e reaper.Exit) time.Duration {
 }
 
 func (s *Supervisor) scheduleRespawn(ran time.Duration, why string) {
-	delay := s.proxy.backoff.Next(ran)
+	delay := s.proxy.backoff.next(ran)
 	s.proxy.state = stateBackoff
 	klog.InfoS("Proxy ended; restarting after backoff", "reason", why, "ran", ran.Round(time.Millisecond), "backoff", delay)
 	s.respawn.Reset(delay)
 }
 
-// start starts a task in its own process group. A proxy that fails to start
-// (fork failing with EAGAIN under a pids limit, say) is tried again after its
-// backoff; the executor's failure is returned.
+// start starts a task in its own process group, on nodeinit's files, in the
+// terminal's foreground when asked (docs/design.md, rule 7). A proxy that
+// fails to start (fork failing with EAGAIN under a pids limit, say) is tried
+// again after its backoff; the executor's failure is returned.
 func (s *Supervisor) start(t *task) error {
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	if t.Foreground {
@@ -372,7 +373,7 @@ func (s *Supervisor) start(t *task) error {
 	pid, err := s.sys.Start(t.Path, argv, attr)
 	t.started = s.sys.Now()
 	if err != nil {
-		err = startError(t.Name, t.Path, err)
+		err = classifyStartError(t.Name, t.Path, err)
 		klog.ErrorS(err, "Task not started", "task", t.Name)
 		t.lastExit = "not started: " + err.Error()
 		if t == s.proxy && s.phase < shutdown {

@@ -291,11 +291,11 @@ func TestAProxyThatCannotStartIsRetriedOnItsBackoff(t *testing.T) {
 
 func TestAnExecutorThatCannotStartEndsTheRunWithItsCode(t *testing.T) {
 	sys := newFakeSystem()
-	sys.failing["/bin/executor"] = &StartError{Task: "executor", Path: "/bin/executor", Err: unix.EACCES, Code: CodeNotExecutable}
+	sys.failing["/bin/executor"] = &cannotStart{Task: "executor", Path: "/bin/executor", Err: unix.EACCES, Code: codeNotExecutable}
 	set := &signals.Set{Child: make(chan os.Signal, 1), Terminating: make(chan os.Signal, 1), Other: make(chan os.Signal, 1)}
 	s := newWith(Config{Executor: Task{Name: "executor", Path: "/bin/executor", Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}, Signals: set}, sys)
 	s.begin()
-	if !s.done || s.exitCode != CodeNotExecutable {
+	if !s.done || s.exitCode != codeNotExecutable {
 		t.Errorf("done %v with %d, want done at once with 126", s.done, s.exitCode)
 	}
 }
@@ -414,12 +414,12 @@ func TestExitCodeOfAStartError(t *testing.T) {
 		err  error
 		want int
 	}{
-		{&StartError{Code: CodeNotFound}, 127},
-		{fmt.Errorf("wrapped: %w", &StartError{Code: CodeNotFound}), 127},
-		{&StartError{Code: CodeNotExecutable}, 126},
+		{&cannotStart{Code: codeNotFound}, 127},
+		{fmt.Errorf("wrapped: %w", &cannotStart{Code: codeNotFound}), 127},
+		{&cannotStart{Code: codeNotExecutable}, 126},
 		{errors.New("anything else"), 126},
 	} {
-		if got := ExitCode(tc.err); got != tc.want {
+		if got := exitCodeOf(tc.err); got != tc.want {
 			t.Errorf("ExitCode(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
