@@ -112,8 +112,9 @@ func TestOnlyTheExecutorMayUseTheBus(t *testing.T) {
 		t.Fatal("the test process, not the executor's, was let onto the bus")
 	}
 	i.WaitForLog(5*time.Second, 'I', "Refused a D-Bus connection", "may not use this bus")
-	i.Signal(syscall.SIGTERM)
-	i.Wait(10 * time.Second)
+	if code := i.Stop(10 * time.Second); code != 0 {
+		t.Errorf("exit %d after TERM, want the executor's 0", code)
+	}
 }
 
 // Without --graceful-node-shutdown the executor has no bus and gets TERM at

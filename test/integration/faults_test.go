@@ -6,12 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
@@ -44,9 +46,21 @@ func TestSignalStormThenGracefulShutdown(t *testing.T) {
 		for n := 0; n < 10000; n++ {
 			must(t, syscall.Kill(i.Pid(), storm[n%len(storm)]))
 		}
-		if !i.Running() {
-			t.Fatalf("nodeinit died in the storm; log:\n%s", testenv.Tail(i.Log(), 10))
-		}
+		// A signal sent after the storm and passed on shows that nodeinit
+		// came through it and still forwards. It shares its queue with the
+		// storm's HUP, USR1, USR2 and WINCH, and os/signal drops a signal
+		// whose queue is full: it is sent again until it gets through.
+		lastSent := time.Time{}
+		testenv.WaitFor(t, 15*time.Second, "PWR passed on after the storm", func() bool {
+			if !i.Running() {
+				t.Fatalf("nodeinit died in the storm; log:\n%s", testenv.Tail(i.Log(), 10))
+			}
+			if time.Since(lastSent) > 100*time.Millisecond {
+				i.Signal(syscall.SIGPWR)
+				lastSent = time.Now()
+			}
+			return strings.Contains(recorded(ex+".rec"), "PWR")
+		})
 		i.Signal(syscall.SIGTERM)
 		if got := i.Wait(15 * time.Second); got != 6 {
 			t.Fatalf("exit %d after the storm and TERM, want the executor's 6", got)
@@ -89,18 +103,14 @@ func TestProxyCrashLoopFollowsBackoff(t *testing.T) {
 	i := start(t, asSubreaper, "--proxy-path="+task, "--proxy-arg=--starts="+starts, "--proxy-arg=--lifetime=1ns", "--proxy-arg=--exit=3",
 		"--proxy-restart-backoff=20ms", "--proxy-restart-backoff-max=160ms",
 		"--", task, "--record="+ex+".rec", "--report="+ex+".json")
-	window := 3 * time.Second
-	time.Sleep(window)
-	i.Signal(syscall.SIGTERM)
-	if got := i.Wait(10 * time.Second); got != 0 {
+	// 20+40+80 ms, then every 160 ms: 12 starts take about 1.6 s.
+	testenv.WaitFor(t, 20*time.Second, "twelve proxy starts", func() bool { return countLines(t, starts) >= 12 })
+	if got := i.Stop(10 * time.Second); got != 0 {
 		t.Fatalf("exit %d", got)
 	}
 	at := testenv.ReadStarts(t, starts)
-	// 20+40+80 ms, then every 160 ms: at most 3 + (3000-140)/160 + 1 starts.
-	most := 3 + int((window-140*time.Millisecond)/(160*time.Millisecond)) + 1
-	if len(at) > most || len(at) < 5 {
-		t.Errorf("%d proxy starts in %v, want 5 to %d", len(at), window, most)
-	}
+	// Never sooner than the backoff: a start too many would show as a gap
+	// too short.
 	want := []time.Duration{20, 40, 80}
 	for k := 1; k < len(at); k++ {
 		w := 160 * time.Millisecond
@@ -122,6 +132,9 @@ func TestProxyCrashLoopFollowsBackoff(t *testing.T) {
 func countLines(t *testing.T, path string) int {
 	t.Helper()
 	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return 0
+	}
 	must(t, err)
 	defer f.Close()
 	n := 0
@@ -194,23 +207,15 @@ func TestPidExhaustionIsRetriedWithBackoff(t *testing.T) {
 // be set: the v1 pids hierarchy, or the v2 root when it delegates pids.
 func pidsHierarchy(t *testing.T) string {
 	t.Helper()
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(nil)
 	must(t, err)
 	var v2 string
-	for _, line := range strings.Split(string(mounts), "\n") {
-		parts := strings.SplitN(line, " - ", 2)
-		if len(parts) != 2 {
-			continue
-		}
-		pre, post := strings.Fields(parts[0]), strings.Fields(parts[1])
-		if len(pre) < 5 || len(post) < 3 {
-			continue
-		}
+	for _, m := range mounts {
 		switch {
-		case post[0] == "cgroup" && strings.Contains(","+post[2]+",", ",pids,"):
-			return pre[4]
-		case post[0] == "cgroup2" && v2 == "":
-			v2 = pre[4]
+		case m.FSType == "cgroup" && slices.Contains(strings.Split(m.VFSOptions, ","), "pids"):
+			return m.Mountpoint
+		case m.FSType == "cgroup2" && v2 == "":
+			v2 = m.Mountpoint
 		}
 	}
 	if v2 != "" {

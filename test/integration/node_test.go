@@ -57,8 +57,9 @@ func TestChildrenGetAssembledArgumentsAndEnvironment(t *testing.T) {
 		"--proxy-arg=--report="+px, "--proxy-arg=--b", "--path-override=/opt/node/bin:/usr/bin",
 		"--", task, "--report="+ex)
 	testenv.WaitFor(t, 10*time.Second, "reports", func() bool { return exists(ex) && exists(px) })
-	i.Signal(syscall.SIGTERM)
-	i.Wait(10 * time.Second)
+	if code := i.Stop(10 * time.Second); code != 0 {
+		t.Errorf("exit %d after TERM, want the executor's 0", code)
+	}
 
 	pr := testenv.ReadReport(t, px)
 	wantArgs := []string{"--bind-address=0.0.0.0", "--v=0", "--proxy-mode=nftables", "--conntrack-min=131072",
@@ -261,5 +262,7 @@ func TestReadyWaitsForTheReadyURL(t *testing.T) {
 	expectMessage(t, msgs, "READY=1", 10*time.Second)
 	i.Signal(syscall.SIGTERM)
 	expectMessage(t, msgs, "STOPPING=1", 10*time.Second)
-	i.Wait(10 * time.Second)
+	if code := i.Wait(10 * time.Second); code != 0 {
+		t.Errorf("exit %d after TERM, want the executor's 0", code)
+	}
 }
