@@ -27,45 +27,6 @@ type engine struct {
 	wrap []string
 }
 
-// containersConf is podman's whole configuration here. Each setting is one
-// that a bare VM or CI machine needs:
-//   - default_ulimits = []: podman otherwise asks the runtime for
-//     RLIMIT_NOFILE and RLIMIT_NPROC above a hard limit the host may set lower
-//     (this one has NOFILE 20000), and the runtime fails with EPERM.
-//   - runtime = "runc": crun refuses hybrid cgroup hosts (v1 hierarchies plus
-//     a cgroup2 mount with a controller in it); runc runs on v1, hybrid and v2.
-//   - cgroup_manager = "cgroupfs" and events_logger = "file": there may be no
-//     systemd and no journald.
-//   - tmp_dir, static_dir, volume_path, the events file and lock_type =
-//     "file": keep every piece of state in our directory, so nothing is shared
-//     with the machine's own podman.
-const containersConf = `[containers]
-default_ulimits = []
-log_driver = "k8s-file"
-
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-events_logfile_path = "%[1]s/events.log"
-tmp_dir = "%[1]s/tmp"
-static_dir = "%[1]s/storage/libpod"
-volume_path = "%[1]s/storage/volumes"
-lock_type = "file"
-
-[network]
-network_config_dir = "%[1]s/networks"
-`
-
-// storageConf uses the vfs driver: it works on any filesystem (overlay on
-// overlay or on tmpfs does not), leaves no mounts behind, and the images
-// here are a few megabytes.
-const storageConf = `[storage]
-driver = "vfs"
-graphroot = "%[1]s/storage"
-runroot = "%[1]s/run"
-`
-
 // setup writes the configuration, builds the binaries and the e2e image.
 func (e *engine) setup(t *testing.T) error {
 	dir, err := os.MkdirTemp("", "nodeinit-e2e-")
@@ -73,17 +34,9 @@ func (e *engine) setup(t *testing.T) error {
 		return err
 	}
 	e.dir, e.image = dir, "localhost/nodeinit-e2e:"+randomID()
-	for name, text := range map[string]string{"containers.conf": containersConf, "storage.conf": storageConf} {
-		if err := os.WriteFile(filepath.Join(dir, name), fmt.Appendf(nil, text, dir), 0o644); err != nil {
-			return err
-		}
-	}
-	e.env = append(os.Environ(),
-		"CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
-		"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"),
-		"CONTAINERS_REGISTRIES_CONF="+filepath.Join(dir, "registries.conf"), // none: nothing is ever pulled
-	)
-	if err := os.WriteFile(filepath.Join(dir, "registries.conf"), nil, 0o644); err != nil {
+	// vfs: it works on any file system (overlay on overlay or on tmpfs does
+	// not) and leaves no mounts behind; the images here are a few MiB.
+	if e.env, err = testenv.PodmanStore(dir, "vfs"); err != nil {
 		return err
 	}
 

@@ -28,49 +28,12 @@ type podman struct {
 	env []string
 }
 
-const podmanConfig = `[containers]
-default_ulimits = []
-log_driver = "k8s-file"
-
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-events_logfile_path = "%[1]s/events.log"
-tmp_dir = "%[1]s/tmp"
-static_dir = "%[1]s/storage/libpod"
-volume_path = "%[1]s/storage/volumes"
-lock_type = "file"
-
-[network]
-network_config_dir = "%[1]s/networks"
-`
-
-const podmanStorage = `[storage]
-driver = "overlay"
-graphroot = "%[1]s/storage"
-runroot = "%[1]s/run"
-`
-
 func newPodman(dir string) (*podman, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	env, err := testenv.PodmanStore(dir, "overlay")
+	if err != nil {
 		return nil, err
 	}
-	files := map[string]string{
-		"containers.conf": fmt.Sprintf(podmanConfig, dir),
-		"storage.conf":    fmt.Sprintf(podmanStorage, dir),
-		"registries.conf": "", // no registry: nothing is pulled
-	}
-	for name, text := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			return nil, err
-		}
-	}
-	return &podman{dir: dir, env: append(os.Environ(),
-		"CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
-		"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"),
-		"CONTAINERS_REGISTRIES_CONF="+filepath.Join(dir, "registries.conf"),
-	)}, nil
+	return &podman{dir: dir, env: env}, nil
 }
 
 // run runs one podman command, bounded, and returns its stdout. runc keeps

@@ -1,18 +1,18 @@
 package testenv
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodeinit/nodeinit/init/proctree"
 )
 
 // Options say how Launch runs nodeinit.
@@ -346,22 +346,4 @@ func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool
 
 // Children lists the children of pid, from every thread's
 // /proc/PID/task/TID/children.
-func Children(pid int) ([]int, error) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return nil, err
-	}
-	var out []int
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
-		if err != nil {
-			continue
-		}
-		for f := range bytes.FieldsSeq(b) {
-			if c, err := strconv.Atoi(string(f)); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	return out, nil
-}
+func Children(pid int) ([]int, error) { return proctree.Children("/proc", pid) }

@@ -148,18 +148,7 @@ loop:
 // orphanParent forks n children that exit at once, and exits without waiting
 // for them: they become orphans of the nearest subreaper, or of PID 1.
 func orphanParent(arg string) {
-	n, err := strconv.Atoi(arg)
-	check(err)
-	for i := 0; i < n; i++ {
-		// A raw fork that exits at once in the child: cheaper than exec.
-		pid, _, errno := unix.RawSyscall(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0)
-		if errno != 0 {
-			check(fmt.Errorf("fork orphan %d: %w", i, errno))
-		}
-		if pid == 0 {
-			unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
-		}
-	}
+	forkRaw(arg, "orphan", func() { unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0) })
 	os.Exit(0)
 }
 
@@ -167,23 +156,33 @@ func orphanParent(arg string) {
 // for ever itself: processes that are not nodeinit's, for a host that is
 // busy. Kill its process group to end them.
 func hold(arg string) {
+	n := forkRaw(arg, "holder", func() {
+		for {
+			unix.RawSyscall(unix.SYS_PAUSE, 0, 0, 0)
+		}
+	})
+	fmt.Println("holding", n)
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// forkRaw forks arg (a number) children with a raw clone, cheaper than
+// fork and exec; each runs child, which must make raw system calls only
+// and never return. It returns how many it forked.
+func forkRaw(arg, what string, child func()) int {
 	n, err := strconv.Atoi(arg)
 	check(err)
 	for i := 0; i < n; i++ {
 		pid, _, errno := unix.RawSyscall(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0)
 		if errno != 0 {
-			check(fmt.Errorf("fork holder %d: %w", i, errno))
+			check(fmt.Errorf("fork %s %d: %w", what, i, errno))
 		}
 		if pid == 0 {
-			for {
-				unix.RawSyscall(unix.SYS_PAUSE, 0, 0, 0)
-			}
+			child()
 		}
 	}
-	fmt.Println("holding", n)
-	for {
-		time.Sleep(time.Hour)
-	}
+	return n
 }
 
 // restoreDefaultAction sets sig's action to SIG_DFL in the kernel. The Go
