@@ -85,6 +85,14 @@ func TestBadInputsGetAMessageAndTheirExitCode(t *testing.T) {
 	must(t, os.Mkdir(unreadable, 0o755)) // a directory cannot be read as a file
 	notADir := filepath.Join(dir, "file")
 	must(t, os.WriteFile(notADir, nil, 0o644))
+	openLogs := filepath.Join(dir, "open-logs")
+	must(t, os.Mkdir(openLogs, 0o755))
+	must(t, os.Chmod(openLogs, 0o1777)) // like /tmp
+	trapped := filepath.Join(dir, "trapped-logs")
+	must(t, os.Mkdir(trapped, 0o755))
+	victim := filepath.Join(dir, "victim")
+	must(t, os.WriteFile(victim, []byte("untouched\n"), 0o644))
+	must(t, os.Symlink(victim, filepath.Join(trapped, "executor.log")))
 	_, task := binaries(t)
 	for _, tc := range []struct {
 		name   string
@@ -108,6 +116,8 @@ func TestBadInputsGetAMessageAndTheirExitCode(t *testing.T) {
 		{"unreadable config file", []string{"--config", unreadable, task}, 255, []string{unreadable}, ""},
 		{"log dir that cannot be created", []string{"--run-proxy=false", "--log-dir", filepath.Join(notADir, "logs"), task}, 1,
 			nil, filepath.Join(notADir, "logs")},
+		{"log dir others may write to", []string{"--run-proxy=false", "--log-dir", openLogs, task}, 1, nil, "unsafe log dir " + openLogs},
+		{"a symlink planted as a log file", []string{"--run-proxy=false", "--log-dir", trapped, task}, 1, nil, filepath.Join(trapped, "executor.log")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i := start(t, asSubreaper, tc.args...)
@@ -126,7 +136,13 @@ func TestBadInputsGetAMessageAndTheirExitCode(t *testing.T) {
 			if strings.Contains(i.Log(), "Started task") {
 				t.Errorf("a task was started despite the bad input")
 			}
+			if errs := i.Lines('E'); tc.code == 1 && len(errs) != 1 {
+				t.Errorf("want one error line, got %d:\n%s", len(errs), i.Log())
+			}
 		})
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "untouched\n" {
+		t.Errorf("the file a planted symlink pointed at was written: %q", b)
 	}
 }
 

@@ -274,3 +274,33 @@ func TestTheReadmeSignalTableMatchesTheCode(t *testing.T) {
 		}
 	}
 }
+
+// The executor runs in a process group of its own, and a signal reaches the
+// whole group: what the executor started (a shell's child here) gets it
+// too, as with dumb-init and tini -g. The proxy is in another group.
+func TestASignalReachesTheExecutorsWholeProcessGroup(t *testing.T) {
+	_, task := binaries(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := t.TempDir()
+		child, px := filepath.Join(dir, "child"), filepath.Join(dir, "proxy")
+		// The shell waits for its child, which records what it gets.
+		i := start(t, m, "--proxy-path="+task, "--proxy-arg=--report="+px+".json",
+			"--", "/bin/sh", "-c", task+` --record=`+child+`.rec --report=`+child+`.json --exit=4 & wait $!; exit $?`)
+		i.WaitForFile(10*time.Second, child+".json")
+		i.WaitForFile(10*time.Second, px+".json")
+		c, p := testenv.ReadReport(t, child+".json"), testenv.ReadReport(t, px+".json")
+		if c.Pgid == p.Pgid {
+			t.Errorf("the executor's child and the proxy share process group %d", c.Pgid)
+		}
+		// WINCH: the shell ignores it, so the executor lives on.
+		i.Signal(syscall.SIGWINCH)
+		testenv.WaitFor(t, 5*time.Second, "WINCH at the executor's child", func() bool { return recorded(child+".rec") == "WINCH" })
+		// The shell dies of the TERM too (its default); its child exits 4.
+		if code := i.Stop(10 * time.Second); code != 128+int(syscall.SIGTERM) && code != 4 {
+			t.Errorf("exit %d after TERM, want the shell's 143 (or its child's 4)", code)
+		}
+		if got := recorded(child + ".rec"); got != "WINCH,TERM" {
+			t.Errorf("the executor's child got %s, want WINCH,TERM", got)
+		}
+	})
+}
