@@ -102,6 +102,8 @@ type nodeSpec struct {
 	// kubeletConfig is more of the KubeletConfiguration, whole lines of
 	// YAML such as "shutdownGracePeriod: 30s\n".
 	kubeletConfig string
+	// env is more of nodeinit's environment (a Mesos agent's variables).
+	env []string
 }
 
 func (s nodeSpec) proxyMode() string {
@@ -208,7 +210,7 @@ func (c *cluster) startNode(t *testing.T, spec nodeSpec) *kubeNode {
 	args := append(c.nodeinitArgs(dir, spec.proxyMode()), "--log-dir="+filepath.Join(dir, "logs"))
 	args = append(append(args, spec.flags...), "--")
 	args = append(args, c.kubeletArgs(filepath.Join(c.bin, "kubelet"), dir)...)
-	n := testenv.Launch(t, testenv.Options{MountNS: true, Propagation: "unchanged", Dir: dir}, args...)
+	n := testenv.Launch(t, testenv.Options{MountNS: true, Propagation: "unchanged", Dir: dir, Env: spec.env}, args...)
 	k.started = n.Started
 	k.pid, k.log, k.running = n.Pid, n.Log, n.Running
 	k.stop = func(timeout time.Duration) int {

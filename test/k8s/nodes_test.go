@@ -194,10 +194,18 @@ func TestNodeInCgroupParent(t *testing.T) {
 	}
 
 	static := k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
-	id, err := c.containerd.cri("ps", "--quiet", "--name", "sleep", "--label", "io.kubernetes.pod.name="+static[0].Metadata.Name)
+	checkCgroups(t, "the static pod's container", containerPid(t, c, static[0]), cg+"/kubepods/", true)
+	t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+}
+
+// containerPid is the host pid of the static pod's sleep container, from
+// the CRI.
+func containerPid(t *testing.T, c *cluster, p pod) int {
+	t.Helper()
+	id, err := c.containerd.cri("ps", "--quiet", "--name", "sleep", "--label", "io.kubernetes.pod.name="+p.Metadata.Name)
 	must(t, err)
 	if strings.TrimSpace(id) == "" {
-		t.Fatal("crictl lists no container of the static pod")
+		t.Fatalf("crictl lists no container of pod %s", p.Metadata.Name)
 	}
 	out, err := c.containerd.cri("inspect", "--output", "go-template", "--template", "{{.info.pid}}", strings.Fields(id)[0])
 	must(t, err)
@@ -205,8 +213,7 @@ func TestNodeInCgroupParent(t *testing.T) {
 	if _, err := fmt.Sscan(out, &pid); err != nil {
 		t.Fatalf("crictl inspect gave no pid: %q", out)
 	}
-	checkCgroups(t, "the static pod's container", pid, cg+"/kubepods/", true)
-	t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+	return pid
 }
 
 // writeFlags runs nodeinit --write-flags with the node's nodeinit flags and
