@@ -73,7 +73,7 @@ func TestNodeInAMesosContainerWithTheDefaultIsolation(t *testing.T) {
 	if line := strings.Join(cmdline(kubelet), " "); strings.Contains(line, "--cgroup-root") {
 		t.Errorf("the kubelet got a cgroup root it cannot use: %s", line)
 	}
-	warning := k.waitLog(0, 0, cg)
+	warning := k.waitLog(0, 0, cg, "cannot be the kubelet's cgroup root")
 	for _, missing := range []string{"cpu", "memory", "pids"} {
 		if !strings.Contains(warning.text, missing) {
 			t.Errorf("the log does not name the missing %s hierarchy: %s", missing, warning.text)
