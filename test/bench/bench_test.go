@@ -10,9 +10,10 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestShortRunMeasuresEveryInitInEveryWorkload runs the harness as CI does,
 // in short mode, and requires a measurement of every workload for every
-// init, and of every row of the log workload. It checks no targets, which
-// a noisy shared machine cannot hold, except that the --log-dir run lost,
-// split and doubled no line: that is no matter of speed.
+// init, of every level of the subreaper-at-scale workload, of the whole
+// crash loop and of every row of the log workload. It checks no targets,
+// which a noisy shared machine cannot hold, except that the --log-dir run
+// lost, split and doubled no line: that is no matter of speed.
 func TestShortRunMeasuresEveryInitInEveryWorkload(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, tool := range []string{"tini-static", "dumb-init", "catatonit"} {
@@ -52,6 +53,14 @@ func TestShortRunMeasuresEveryInitInEveryWorkload(t *testing.T) {
 		if s := res.get(wLogCPU, m.name); m.nodeinit && (len(s) != 1 || s[0] <= 0) {
 			t.Errorf("nodeinit's CPU with %s: %v, want one time", m.name, s)
 		}
+	}
+	for _, n := range cfg.scaleLevels {
+		if s := res.scale; s == nil || len(s.start[n]) != cfg.starts || len(s.shutdown[n]) != cfg.shutdowns {
+			t.Errorf("subreaper at scale with %d other processes: not every run measured", n)
+		}
+	}
+	if c := res.crash; c == nil || len(c.samples) < 2 || c.samples[len(c.samples)-1].restarts < cfg.restarts {
+		t.Errorf("the proxy crash loop did not run to %d restarts", cfg.restarts)
 	}
 	if len(res.logs.wrong) != 0 || len(res.logs.files) != 1 {
 		t.Errorf("the --log-dir run's lines: %v", res.logs.wrong)

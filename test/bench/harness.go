@@ -6,8 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/nodeinit/nodeinit/test/bench/host"
 )
 
 // bench holds one measurement: the helpers, the inits and their samples.
@@ -20,9 +21,12 @@ type bench struct {
 	notes   map[string]string
 	started time.Time
 	load    string // load average when the measurement began
-	// nodeinit is the binary measured; logs what the log workload found.
+	// nodeinit is the binary measured; logs, scaleRes and crash are what
+	// the workloads that run nodeinit alone found.
 	nodeinit string
 	logs     *logResults
+	scaleRes *scaleResults
+	crash    *crashResults
 }
 
 func (b *bench) add(workload string, c *contender, v float64) {
@@ -66,7 +70,7 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 		return nil, err
 	}
 	h.bin = bin
-	b := &bench{cfg: cfg, h: h, inits: inits, samples: map[string]map[string][]float64{}, notes: map[string]string{}, started: time.Now(), load: loadAverage(),
+	b := &bench{cfg: cfg, h: h, inits: inits, samples: map[string]map[string][]float64{}, notes: map[string]string{}, started: time.Now(), load: host.LoadAverage(),
 		nodeinit: nodeinit, logs: &logResults{bytes: cfg.logBytes, batch: cfg.logBatch}}
 
 	type step struct {
@@ -74,10 +78,9 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 		run  func(*contender) error
 	}
 	steps := []step{{"start-to-exit", b.startToExit}, {"reaping", b.reaping}, {"signal", b.signalLatency}, {"shutdown", b.shutdown}}
-	known := []string{"start-to-exit", "reaping", "signal", "shutdown", "idle", "size", "logs"}
 	for _, s := range cfg.steps {
-		if !slices.Contains(known, s) {
-			return nil, fmt.Errorf("unknown workload %q: want one of %v", s, known)
+		if !slices.Contains(knownWorkloads, s) {
+			return nil, fmt.Errorf("unknown workload %q: want one of %v", s, knownWorkloads)
 		}
 	}
 	want := func(name string) bool { return len(cfg.steps) == 0 || slices.Contains(cfg.steps, name) }
@@ -104,6 +107,21 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 			return nil, fmt.Errorf("idle round %d: %w", round+1, err)
 		}
 	}
+	for round := range cfg.scaleRounds {
+		if !want("scale") {
+			break
+		}
+		fmt.Fprintf(progress, "scale %d/%d: nodeinit as a subreaper with %v other processes on the host\n", round+1, cfg.scaleRounds, cfg.scaleLevels)
+		if err := b.scale(round); err != nil {
+			return nil, fmt.Errorf("scale round %d: %w", round+1, err)
+		}
+	}
+	if want("crashloop") {
+		fmt.Fprintf(progress, "crash loop: %d proxy restarts\n", cfg.restarts)
+		if err := b.crashLoop(); err != nil {
+			return nil, fmt.Errorf("proxy crash loop: %w", err)
+		}
+	}
 	for round := range cfg.logRuns {
 		if !want("logs") {
 			break
@@ -121,25 +139,15 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 			return nil, err
 		}
 	}
-	return &results{cfg: cfg, inits: inits, samples: b.samples, notes: b.notes, logs: b.logs, took: time.Since(b.started),
-		load: b.load + " at the start, " + loadAverage() + " at the end"}, nil
+	return &results{cfg: cfg, inits: inits, samples: b.samples, notes: b.notes, logs: b.logs, scale: b.scaleRes, crash: b.crash,
+		took: time.Since(b.started),
+		load: b.load + " at the start, " + host.LoadAverage() + " at the end"}, nil
 }
+
+// knownWorkloads are the names -workloads takes.
+var knownWorkloads = []string{"start-to-exit", "reaping", "signal", "shutdown", "idle", "size", "scale", "crashloop", "logs"}
 
 func rotate[T any](s []T, n int) []T {
 	n %= len(s)
 	return append(slices.Clone(s[n:]), s[:n]...)
-}
-
-// loadAverage returns the 1-, 5- and 15-minute load averages: on a shared
-// machine they say how much to trust a run.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }

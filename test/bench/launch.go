@@ -26,6 +26,7 @@ type helpers struct {
 	sigstamp  string
 	sleeper   string
 	logwriter string
+	task      string // test/helpers/task, whose hold mode fills the host with processes
 	bin       map[string]string
 	seq       atomic.Int64
 }
@@ -41,6 +42,7 @@ func buildHelpers(dir string) (*helpers, error) {
 	for _, n := range names {
 		args = append(args, "./test/bench/"+n)
 	}
+	args = append(args, "./test/helpers/task")
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -54,6 +56,7 @@ func buildHelpers(dir string) (*helpers, error) {
 		sigstamp:  filepath.Join(dir, "sigstamp"),
 		sleeper:   filepath.Join(dir, "sleeper"),
 		logwriter: filepath.Join(dir, "logwriter"),
+		task:      filepath.Join(dir, "task"),
 	}, nil
 }
 
@@ -91,7 +94,9 @@ func (h *helpers) fifoPath() string {
 
 // start runs c as PID 1 of a new pid and mount namespace with child as its
 // executor, through pid1, which mounts the namespace's /proc and stamps the
-// moment it execs the init. The run is killed after limit.
+// moment it execs the init; a subreaper contender gets a new mount
+// namespace only, and runs in the harness's pid namespace. The run is
+// killed after limit.
 func (h *helpers) start(c *contender, fifo string, child, proxyArgs []string, limit time.Duration) (*run, error) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		return nil, fmt.Errorf("make stamp FIFO: %w", err)
@@ -124,6 +129,9 @@ func (h *helpers) start(c *contender, fifo string, child, proxyArgs []string, li
 		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 		Setsid:     true,
 		Pdeathsig:  syscall.SIGKILL,
+	}
+	if c.subreaper {
+		r.cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS
 	}
 	err = r.cmd.Start()
 	startW.Close()

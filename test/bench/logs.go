@@ -211,11 +211,12 @@ func lineNumber(line []byte) (int64, bool) {
 	return n, true
 }
 
-// writeLogs prints the workload's rows and its targets.
-func (r *results) writeLogs(w io.Writer) {
+// writeLogs prints the workload's rows and returns the verdicts on its
+// targets.
+func (r *results) writeLogs(w io.Writer) []verdict {
 	l := r.logs
 	if l == nil || l.runs == 0 {
-		return
+		return nil
 	}
 	how := "one write(2) per line"
 	if l.batch > 1 {
@@ -238,22 +239,11 @@ func (r *results) writeLogs(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %s | %s–%s | %d | %.2f | %s |\n", m.name, formatRate(median(s)),
 			formatRate(percentile(s, 25)), formatRate(percentile(s, 75)), len(s), median(s)/base, cpu)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| target (issue 15) | nodeinit | met |")
-	fmt.Fprintln(w, "|---|---:|---|")
-	ratio := func(row, of string) float64 { return median(r.get(wLogRate, row)) / median(r.get(wLogRate, of)) }
-	met := func(ok bool) string {
-		if ok {
-			return "yes"
-		}
-		return "**no**"
-	}
-	logDir := ratio(logModes[1].name, logBase)
-	fmt.Fprintf(w, "| --log-dir throughput ≥ 0.8 × the writer writing its own file | %.2f × | %s |\n", logDir, met(logDir >= 0.8))
+	rate := func(row, of string) float64 { return median(r.get(wLogRate, row)) / median(r.get(wLogRate, of)) }
+	logDir := rate(logModes[1].name, logBase)
 	// Without --log-dir the writer writes to the file nodeinit inherited;
 	// 0.95 leaves room for the noise of a shared machine, not for a cost.
-	inherit := ratio(logModes[3].name, logModes[2].name)
-	fmt.Fprintf(w, "| without --log-dir nodeinit adds nothing: stdout throughput ≥ 0.95 × with no init | %.2f × | %s |\n", inherit, met(inherit >= 0.95))
+	inherit := rate(logModes[3].name, logModes[2].name)
 	checked := strings.Join(l.wrong, "; ")
 	if len(l.wrong) == 0 && len(l.files) > 0 {
 		files := fmt.Sprint(slices.Min(l.files))
@@ -263,7 +253,11 @@ func (r *results) writeLogs(w io.Writer) {
 		checked = fmt.Sprintf("%d lines whole, once, in order, over %s files, in each of %d run(s)",
 			l.bytes/logLine, files, len(l.files))
 	}
-	fmt.Fprintf(w, "| --log-dir: no line lost, split or doubled across rotations | %s | %s |\n", checked, met(len(l.wrong) == 0))
+	return []verdict{
+		{15, "log throughput with --log-dir ≥ 0.8 × the writer writing its own file", fmt.Sprintf("%.2f ×", logDir), logDir >= 0.8},
+		{15, "log throughput without --log-dir ≥ 0.95 × with no init (nodeinit adds nothing)", fmt.Sprintf("%.2f ×", inherit), inherit >= 0.95},
+		{15, "--log-dir: no line lost, split or doubled across rotations", checked, len(l.wrong) == 0},
+	}
 }
 
 func formatRate(v float64) string { return fmt.Sprintf("%.0f MiB/s", v/(1<<20)) }

@@ -37,18 +37,28 @@ const runLimit = 2 * time.Minute
 // startToExit times INIT -- /bin/true from the exec of the init to its exit.
 func (b *bench) startToExit(c *contender) error {
 	for range b.cfg.starts {
-		r, err := b.h.start(c, b.h.fifoPath(), []string{"/bin/true"}, nil, runLimit)
+		ns, err := b.startOnce(c)
 		if err != nil {
 			return err
 		}
-		err = r.waitOK()
-		r.close()
-		if err != nil {
-			return err
-		}
-		b.add(wStart, c, float64(r.end-r.start))
+		b.add(wStart, c, ns)
 	}
 	return nil
+}
+
+// startOnce runs INIT -- /bin/true once and returns its time in
+// nanoseconds.
+func (b *bench) startOnce(c *contender) (float64, error) {
+	r, err := b.h.start(c, b.h.fifoPath(), []string{"/bin/true"}, nil, runLimit)
+	if err != nil {
+		return 0, err
+	}
+	err = r.waitOK()
+	r.close()
+	if err != nil {
+		return 0, err
+	}
+	return float64(r.end - r.start), nil
 }
 
 // reaping times INIT -- orphans: the helper makes the orphans and exits once
@@ -108,29 +118,34 @@ func (b *bench) signalLatency(c *contender) error {
 // slow start on a busy machine cannot cut the proxy's start short.
 func (b *bench) shutdown(c *contender) error {
 	for range b.cfg.shutdowns {
-		if err := b.shutdownOnce(c); err != nil {
+		execExit, last, err := b.shutdownOnce(c)
+		if err != nil {
 			return err
 		}
+		b.add(wShutdown, c, execExit)
+		b.add(wShutdownLast, c, last)
 	}
 	return nil
 }
 
-func (b *bench) shutdownOnce(c *contender) error {
+// shutdownOnce runs one shutdown and returns the time from the executor's
+// exit, and from the last child's, to the init's, in nanoseconds.
+func (b *bench) shutdownOnce(c *contender) (execExit, last float64, err error) {
 	fifo, ctlPath := b.h.fifoPath(), b.h.fifoPath()
 	if err := syscall.Mkfifo(ctlPath, 0o600); err != nil {
-		return fmt.Errorf("make exit FIFO: %w", err)
+		return 0, 0, fmt.Errorf("make exit FIFO: %w", err)
 	}
 	defer os.Remove(ctlPath)
 	ctl, err := os.OpenFile(ctlPath, os.O_RDWR, 0)
 	if err != nil {
-		return fmt.Errorf("open exit FIFO: %w", err)
+		return 0, 0, fmt.Errorf("open exit FIFO: %w", err)
 	}
 	defer ctl.Close()
 	child := []string{b.h.sleeper, "-stamp=" + fifo, "-tag=executor", "-exit-when=" + ctlPath}
 	proxy := []string{"-stamp=" + fifo, "-tag=proxy"}
 	r, err := b.h.start(c, fifo, child, proxy, runLimit)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer r.close()
 	ready := []string{"executor-ready"}
@@ -140,29 +155,27 @@ func (b *bench) shutdownOnce(c *contender) error {
 	for _, tag := range ready {
 		if _, err := r.expect(tag, 30*time.Second); err != nil {
 			r.kill()
-			return err
+			return 0, 0, err
 		}
 	}
 	if _, err := ctl.Write([]byte{'x'}); err != nil {
 		r.kill()
-		return fmt.Errorf("tell the executor to exit: %w", err)
+		return 0, 0, fmt.Errorf("tell the executor to exit: %w", err)
 	}
 	if err := r.waitOK(); err != nil {
-		return err
+		return 0, 0, err
 	}
-	execExit, err := r.expect("executor-exit", time.Second)
+	exited, err := r.expect("executor-exit", time.Second)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
-	last := execExit
+	lastExit := exited
 	if c.proxy {
-		if last, err = r.expect("proxy-exit", time.Second); err != nil {
-			return err
+		if lastExit, err = r.expect("proxy-exit", time.Second); err != nil {
+			return 0, 0, err
 		}
 	}
-	b.add(wShutdown, c, float64(r.end-execExit))
-	b.add(wShutdownLast, c, float64(r.end-last))
-	return nil
+	return float64(r.end - exited), float64(r.end - lastExit), nil
 }
 
 // idle runs every init at once, each with two sleeping children, and takes

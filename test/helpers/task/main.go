@@ -154,9 +154,15 @@ func orphanParent(arg string) {
 
 // hold forks n children that pause until a signal ends them, and waits
 // for ever itself: processes that are not nodeinit's, for a host that is
-// busy. Kill its process group to end them.
+// busy. Kill its process group to end them; they also die with it, so that
+// a test killed midway leaves none behind.
 func hold(arg string) {
+	parent := os.Getpid()
 	n := forkRaw(arg, "holder", func() {
+		unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0)
+		if ppid, _, _ := unix.RawSyscall(unix.SYS_GETPPID, 0, 0, 0); int(ppid) != parent {
+			unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0) // the parent died before the line above
+		}
 		for {
 			unix.RawSyscall(unix.SYS_PAUSE, 0, 0, 0)
 		}
