@@ -10,7 +10,7 @@ ENGINE    ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/n
 
 export CGO_ENABLED := 0
 
-.PHONY: help build helpers test test-race lint demo bench bench-short clean
+.PHONY: help build helpers test test-race lint demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -40,14 +40,9 @@ demo: build helpers ## nodeinit as PID 1 of a new pid namespace with the demo ex
 	  $(BIN)/nodeinit --proxy-path=$(BIN)/demo-proxy --proxy-arg=--interval=5s \
 	  --shutdown-grace-period=5s -- $(BIN)/demo-executor --interval=3s
 
-bench: build ## nodeinit against tini, dumb-init and catatonit (root)
-	$(GO) run ./test/bench -nodeinit $(BIN)/nodeinit
-
-bench-short: build ## the benchmark harness in its short CI mode
-	$(GO) run ./test/bench -nodeinit $(BIN)/nodeinit -short
-
 clean: ## remove build output
 	rm -rf $(BIN)
 
-# Images and end-to-end tests (mk/image.mk), long runs (mk/soak.mk).
+# Benchmarks (mk/bench.mk), images and end-to-end tests (mk/image.mk), the
+# real-node tests (mk/k8s.mk), long runs (mk/soak.mk).
 include $(wildcard mk/*.mk)

@@ -205,12 +205,26 @@ func (c *cluster) startNode(t *testing.T, spec nodeSpec) *kubeNode {
 	t.Helper()
 	dir := t.TempDir()
 	c.writeNodeFiles(t, dir, dir, spec)
-	sharedKubeletDir(t)
-	k := &kubeNode{t: t, c: c, dir: dir}
+	return c.launchNode(t, dir, "", spec.env, c.nodeArgs(dir, spec)...)
+}
+
+// nodeArgs are nodeinit's command line for a node in dir: its flags,
+// then the kubelet's.
+func (c *cluster) nodeArgs(dir string, spec nodeSpec) []string {
 	args := append(c.nodeinitArgs(dir, spec.proxyMode()), "--log-dir="+filepath.Join(dir, "logs"))
 	args = append(append(args, spec.flags...), "--")
-	args = append(args, c.kubeletArgs(filepath.Join(c.bin, "kubelet"), dir)...)
-	n := testenv.Launch(t, testenv.Options{MountNS: true, Propagation: "unchanged", Dir: dir, Env: spec.env}, args...)
+	return append(args, c.kubeletArgs(filepath.Join(c.bin, "kubelet"), dir)...)
+}
+
+// launchNode runs binary (the test build of nodeinit when empty) with args
+// and env (added to the test's environment) as startNode runs nodeinit,
+// for the node whose files are in dir, and stops it and puts the host back
+// when the test ends.
+func (c *cluster) launchNode(t *testing.T, dir, binary string, env []string, args ...string) *kubeNode {
+	t.Helper()
+	sharedKubeletDir(t)
+	k := &kubeNode{t: t, c: c, dir: dir}
+	n := testenv.Launch(t, testenv.Options{MountNS: true, Propagation: "unchanged", Dir: dir, Binary: binary, Env: env}, args...)
 	k.started = n.Started
 	k.pid, k.log, k.running = n.Pid, n.Log, n.Running
 	k.stop = func(timeout time.Duration) int {

@@ -5,8 +5,16 @@
 # keyed on those releases, the Go version and the build flags; a cached
 # build is reused. Prints the directory on the last line.
 #
-#   test/k8s/build/build.sh [CACHE_ROOT]
+#   test/k8s/build/build.sh [--cached] [CACHE_ROOT]
+#
+# With --cached it builds nothing: it prints the directory of a complete
+# build, or fails with exit code 3 when there is none.
 set -euo pipefail
+cached_only=
+if [[ "${1:-}" == --cached ]]; then
+  cached_only=1
+  shift
+fi
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
 
@@ -32,6 +40,10 @@ out="$root/$version-$goversion-$key"
 if [[ -f "$out/.complete" ]]; then
   echo "$out"
   exit 0
+fi
+if [[ -n "$cached_only" ]]; then
+  echo "build.sh: the Kubernetes binaries are not built ($out is missing or incomplete): make k8s builds them" >&2
+  exit 3
 fi
 mkdir -p "$out"
 start=$SECONDS

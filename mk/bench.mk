@@ -1,0 +1,33 @@
+# The benchmarks (docs/benchmarks.md). Included by the Makefile, which
+# defines GO and BIN; the real-node workload uses K8S_CACHE and
+# E2E_K8S_TIMEOUT of mk/k8s.mk.
+
+# Rounds of the real-node workload: each is one node under nodeinit and one
+# under a shell script, about 15 s for the two.
+K8S_BENCH_ROUNDS ?= 6
+
+.PHONY: bench bench-short bench-k8s bench-k8s-if-built
+
+bench: build ## nodeinit against the Go floor and tini, dumb-init, catatonit; its growth; the real node when make k8s has built it (root)
+	$(GO) run ./test/bench -nodeinit $(BIN)/nodeinit
+	@$(MAKE) --no-print-directory bench-k8s-if-built
+
+bench-short: build ## the benchmark harness in its short CI mode (no real node)
+	$(GO) run ./test/bench -nodeinit $(BIN)/nodeinit -short
+
+bench-k8s: build ## the real-node workload alone: nodeinit against a shell script with the real kubelet and kube-proxy (root; builds them first if need be)
+	@bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && $(call k8s-bench,$$bin)
+
+# make bench runs the real-node workload only when the binaries are in the
+# cache already: building them takes some ten minutes.
+bench-k8s-if-built:
+	@if bin=$$(test/k8s/build/build.sh --cached $(K8S_CACHE) 2>/dev/null); then $(call k8s-bench,$$bin); \
+	else echo; echo "Real node: not measured, the Kubernetes binaries are not in the cache (make k8s builds them; make bench-k8s builds them and measures)."; fi
+
+# k8s-bench runs test/k8s's TestRealNodeBench with the binaries in $(1):
+# its progress to stderr, its table to stdout.
+k8s-bench = out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
+	NODEINIT_K8S_BIN=$(1) NODEINIT_K8S_BENCH_ROUNDS=$(K8S_BENCH_ROUNDS) NODEINIT_K8S_BENCH_OUT=$$out \
+	NODEINIT_BENCH_NODEINIT=$(CURDIR)/$(BIN)/nodeinit \
+	$(GO) test -tags k8s -count=1 -v -timeout $(E2E_K8S_TIMEOUT) -run '^TestRealNodeBench$$' ./test/k8s >&2 && \
+	echo && cat "$$out"
