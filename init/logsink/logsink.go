@@ -6,13 +6,17 @@
 //
 // The writer calls write(2) itself rather than os.File.Write: the latter
 // turns an EPIPE on stdout into a fatal SIGPIPE, and PID 1 must outlive its
-// log reader. It writes from an OS thread of its own on which SIGPIPE and
-// SIGTTOU are blocked, so that its writes raise neither in nodeinit:
-// nodeinit passes on every signal it receives, and a SIGPIPE raised by its
-// own write to a closed log pipe would reach the executor, which did
-// nothing. A write to a terminal from a background process group with
-// TOSTOP set goes through instead of raising SIGTTOU, which would stop
-// nodeinit (or, caught, make the kernel restart the write forever).
+// log reader. It writes with SIGPIPE and SIGTTOU blocked on the writing
+// thread, so that its writes raise neither in nodeinit: nodeinit passes on
+// every signal it receives, and a SIGPIPE raised by its own write to a
+// closed log pipe would reach the executor, which did nothing. A write to a
+// terminal from a background process group with TOSTOP set goes through
+// instead of raising SIGTTOU, which would stop nodeinit (or, caught, make
+// the kernel restart the write forever). The signals are blocked only for
+// the time of a write, not on a thread kept for the writer: waking a
+// goroutine locked to its own thread hands the processor over to that
+// thread and back, two thread switches for every batch of lines, which
+// made nodeinit's shutdown and the forwarding of a signal measurably slower.
 package logsink
 
 import (
@@ -22,6 +26,7 @@ import (
 	"runtime"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -69,14 +74,6 @@ func (s *Sink) Write(p []byte) (int, error) {
 }
 
 func (s *Sink) writer() {
-	// Never unlocked: the thread's signal mask is this goroutine's alone.
-	runtime.LockOSThread()
-	var mask unix.Sigset_t
-	for _, sig := range []unix.Signal{unix.SIGPIPE, unix.SIGTTOU} {
-		mask.Val[(sig-1)/64] |= 1 << ((sig - 1) % 64)
-	}
-	// Failure leaves the mask as it was: the log works as before.
-	_ = unix.PthreadSigmask(unix.SIG_BLOCK, &mask, nil)
 	var batch []byte
 	for range s.wake {
 		for {
@@ -98,9 +95,51 @@ func (s *Sink) writer() {
 			s.mu.Unlock()
 			// Errors (EPIPE, EBADF) lose the batch: there is nowhere else
 			// to say so.
-			_ = writeAll(int(s.out.Fd()), batch)
+			_ = writeQuietly(int(s.out.Fd()), batch)
 		}
 	}
+}
+
+// quiet are the signals a write of the sink's must not raise.
+var quiet = sigset(unix.SIGPIPE, unix.SIGTTOU)
+
+// writeQuietly writes b with the quiet signals blocked on the calling
+// thread. The kernel sends SIGPIPE to the thread whose write met a closed
+// pipe: blocked, it stays pending on that thread, and is taken off again
+// before the signals are unblocked. A blocked SIGTTOU is never raised.
+func writeQuietly(fd int, b []byte) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var old unix.Sigset_t
+	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &quiet, &old); err != nil {
+		return err
+	}
+	defer unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
+	err := writeAll(fd, b)
+	if errors.Is(err, unix.EPIPE) {
+		takePending(sigset(unix.SIGPIPE))
+	}
+	return err
+}
+
+// takePending takes the signals of set that are pending on the calling
+// thread, without waiting.
+func takePending(set unix.Sigset_t) {
+	var zero unix.Timespec
+	for {
+		_, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGTIMEDWAIT, uintptr(unsafe.Pointer(&set)), 0,
+			uintptr(unsafe.Pointer(&zero)), unsafe.Sizeof(set.Val[0]), 0, 0)
+		if errno != unix.EINTR && errno != 0 { // EAGAIN: none left
+			return
+		}
+	}
+}
+
+func sigset(sigs ...unix.Signal) (set unix.Sigset_t) {
+	for _, sig := range sigs {
+		set.Val[(sig-1)/64] |= 1 << ((sig - 1) % 64)
+	}
+	return set
 }
 
 // Flush waits until everything queued has been written, or until timeout:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +140,37 @@ func TestNonBlockingOutputLosesNothing(t *testing.T) {
 		if want := fmt.Sprintf("line %d", i); l != want {
 			t.Fatalf("line %d is %q, want %q", i, l, want)
 		}
+	}
+}
+
+// A write of the sink's to a pipe nobody reads fails with EPIPE and raises
+// no SIGPIPE in the process: nodeinit passes on every SIGPIPE it receives,
+// and the executor did nothing to earn one. The SIGALRM sent after the
+// write shows that no SIGPIPE came first: os/signal hands over pending
+// signals lowest number first, and SIGPIPE (13) is below SIGALRM (14).
+func TestWriteToAClosedPipeRaisesNoSIGPIPE(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, unix.SIGPIPE, unix.SIGALRM)
+	defer signal.Stop(sigs)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	s := New(w, DefaultLimit)
+	s.Write([]byte("nobody reads this\n"))
+	if !s.Flush(5 * time.Second) {
+		t.Fatal("Flush did not return after EPIPE")
+	}
+	if err := unix.Kill(os.Getpid(), unix.SIGALRM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case sig := <-sigs:
+		if sig != unix.SIGALRM {
+			t.Errorf("the process received %v from the sink's write", sig)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no SIGALRM within 5s")
 	}
 }
