@@ -153,9 +153,9 @@ func writeRealNode(w io.Writer, runs map[string][]realNodeRun, rounds int, took 
 	stop := func(r realNodeRun) time.Duration { return r.stop }
 	for _, who := range []string{"nodeinit", "shell script"} {
 		rd, st := stats(who, ready), stats(who, stop)
-		fmt.Fprintf(w, "| %s | %v | %v–%v | %v | %v–%v | %d |\n", who,
-			quantile(rd, 0.5), quantile(rd, 0.25), quantile(rd, 0.75),
-			quantile(st, 0.5), quantile(st, 0.25), quantile(st, 0.75), len(rd))
+		fmt.Fprintf(w, "| %s | %s | %s–%s | %s | %s–%s | %d |\n", who,
+			ms(quantile(rd, 0.5)), ms(quantile(rd, 0.25)), ms(quantile(rd, 0.75)),
+			ms(quantile(st, 0.5)), ms(quantile(st, 0.25)), ms(quantile(st, 0.75)), len(rd))
 	}
 	fmt.Fprintln(w, "\n| target | issue | nodeinit | met |")
 	fmt.Fprintln(w, "|---|---:|---:|---|")
@@ -172,8 +172,7 @@ func writeRealNode(w io.Writer, runs map[string][]realNodeRun, rounds int, took 
 	}
 }
 
-// quantile interpolates between the closest ranks of sorted d, rounded for
-// the table.
+// quantile interpolates between the closest ranks of sorted d.
 func quantile(d []time.Duration, q float64) time.Duration {
 	if len(d) == 0 {
 		return 0
@@ -181,9 +180,8 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	pos := q * float64(len(d)-1)
 	lo := int(pos)
 	hi := min(lo+1, len(d)-1)
-	v := d[lo] + time.Duration(float64(d[hi]-d[lo])*(pos-float64(lo)))
-	if v >= time.Second {
-		return v.Round(time.Millisecond)
-	}
-	return v.Round(100 * time.Microsecond)
+	return d[lo] + time.Duration(float64(d[hi]-d[lo])*(pos-float64(lo)))
 }
+
+// ms prints d in milliseconds, as the harness's tables do.
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }
