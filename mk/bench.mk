@@ -3,8 +3,8 @@
 # E2E_K8S_TIMEOUT of mk/k8s.mk.
 
 # Rounds of the real-node workload: each is one node under nodeinit and one
-# under a shell script, about 15 s for the two.
-K8S_BENCH_ROUNDS ?= 6
+# under a shell script, about 5 s for the two.
+K8S_BENCH_ROUNDS ?= 10
 
 .PHONY: bench bench-short bench-k8s bench-k8s-if-built
 
