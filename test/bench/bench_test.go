@@ -54,9 +54,11 @@ func TestShortRunMeasuresEveryInitInEveryWorkload(t *testing.T) {
 			t.Errorf("nodeinit's CPU with %s: %v, want one time", m.name, s)
 		}
 	}
-	for _, n := range cfg.scaleLevels {
-		if s := res.scale; s == nil || len(s.start[n]) != cfg.starts || len(s.shutdown[n]) != cfg.shutdowns {
-			t.Errorf("subreaper at scale with %d other processes: not every run measured", n)
+	for _, c := range scaleInits("") {
+		for _, n := range cfg.scaleLevels {
+			if s := res.scale; s == nil || len(s.start[c.name][n]) != cfg.starts || len(s.shutdown[c.name][n]) != cfg.shutdowns {
+				t.Errorf("%s at scale with %d other processes: not every run measured", c.name, n)
+			}
 		}
 	}
 	if c := res.crash; c == nil || len(c.samples) < 2 || c.samples[len(c.samples)-1].restarts < cfg.restarts {

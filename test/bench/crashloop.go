@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/nodeinit/nodeinit/test/bench/host"
 )
 
 // The proxy crash loop (issue 15): nodeinit as PID 1 with a proxy that
@@ -44,6 +46,7 @@ type crashResults struct {
 	restarts int // how many the loop ran to
 	samples  []crashSample
 	took     time.Duration
+	load     string // load average before and after
 }
 
 // crashLoop runs the loop until nodeinit has restarted the proxy
@@ -68,7 +71,7 @@ func (b *bench) crashLoop() error {
 		r.kill()
 		return err
 	}
-	res := &crashResults{restarts: b.cfg.restarts}
+	res := &crashResults{restarts: b.cfg.restarts, load: host.LoadAverage()}
 	pid := r.cmd.Process.Pid
 	began := time.Now()
 	tick := time.NewTicker(crashEvery)
@@ -88,6 +91,7 @@ func (b *bench) crashLoop() error {
 		res.samples = append(res.samples, s)
 	}
 	res.took = time.Since(began)
+	res.load += " before, " + host.LoadAverage() + " after"
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return err
 	}
@@ -186,8 +190,8 @@ func (r *results) writeCrashLoop(w io.Writer) []verdict {
 	}
 	first, last := c.samples[0], c.samples[len(c.samples)-1]
 	perRestart := float64(last.cpu-first.cpu) / float64(max(last.restarts-first.restarts, 1))
-	fmt.Fprintf(w, "\nProxy crash loop: a proxy that exits at once (/bin/true), --proxy-restart-backoff=1ms --proxy-restart-backoff-max=1ms, %s restarts in %s (%.0f per second); nodeinit's CPU %s per restart. A sample every %v; per window of restarts the most VmRSS and RssAnon, and the fewest open files (a sample can catch a start with its exec pipe open).\n\n",
-		thousands(c.restarts), c.took.Round(100*time.Millisecond), float64(last.restarts)/c.took.Seconds(), format("", perRestart), crashEvery)
+	fmt.Fprintf(w, "\nProxy crash loop: a proxy that exits at once (/bin/true), --proxy-restart-backoff=1ms --proxy-restart-backoff-max=1ms, %s restarts in %s (%.0f per second); nodeinit's CPU %s per restart. A sample every %v; per window of restarts the most VmRSS and RssAnon, and the fewest open files (a sample can catch a start with its exec pipe open). Load average %s.\n\n",
+		thousands(c.restarts), c.took.Round(100*time.Millisecond), float64(last.restarts)/c.took.Seconds(), format("", perRestart), crashEvery, c.load)
 	fmt.Fprintln(w, "| restarts | samples | VmRSS | RssAnon | open files |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|")
 	wins := c.windows()

@@ -107,15 +107,6 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 			return nil, fmt.Errorf("idle round %d: %w", round+1, err)
 		}
 	}
-	for round := range cfg.scaleRounds {
-		if !want("scale") {
-			break
-		}
-		fmt.Fprintf(progress, "scale %d/%d: nodeinit as a subreaper with %v other processes on the host\n", round+1, cfg.scaleRounds, cfg.scaleLevels)
-		if err := b.scale(round); err != nil {
-			return nil, fmt.Errorf("scale round %d: %w", round+1, err)
-		}
-	}
 	if want("crashloop") {
 		fmt.Fprintf(progress, "crash loop: %d proxy restarts\n", cfg.restarts)
 		if err := b.crashLoop(); err != nil {
@@ -129,6 +120,15 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 		fmt.Fprintf(progress, "logs %d/%d: %d MiB through each of %d rows\n", round+1, cfg.logRuns, cfg.logBytes>>20, len(logModes))
 		if err := b.logThroughput(round); err != nil {
 			return nil, fmt.Errorf("log round %d: %w", round+1, err)
+		}
+	}
+	for round := range cfg.scaleRounds {
+		if !want("scale") {
+			break
+		}
+		fmt.Fprintf(progress, "scale %d/%d: nodeinit as a subreaper with %v other processes on the host\n", round+1, cfg.scaleRounds, cfg.scaleLevels)
+		if err := b.scale(round); err != nil {
+			return nil, fmt.Errorf("scale round %d: %w", round+1, err)
 		}
 	}
 	for _, c := range inits {

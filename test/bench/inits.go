@@ -25,10 +25,10 @@ type contender struct {
 	reference string
 	// noSignals leaves the row out of the signal workload: it forwards none.
 	noSignals bool
-	// subreaper runs the init in the harness's own pid namespace, not as
+	// notPID1 runs the init in the harness's own pid namespace, not as
 	// PID 1 of a new one: nodeinit then registers as child subreaper.
-	subreaper bool
-	argv      func(h *helpers, proxyArgs []string, child []string) []string
+	notPID1 bool
+	argv    func(h *helpers, proxyArgs []string, child []string) []string
 }
 
 // baseline is the C init that the ratios of issue 6 are taken against.

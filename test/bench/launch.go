@@ -94,9 +94,9 @@ func (h *helpers) fifoPath() string {
 
 // start runs c as PID 1 of a new pid and mount namespace with child as its
 // executor, through pid1, which mounts the namespace's /proc and stamps the
-// moment it execs the init; a subreaper contender gets a new mount
-// namespace only, and runs in the harness's pid namespace. The run is
-// killed after limit.
+// moment it execs the init; a notPID1 contender gets a new mount namespace
+// only, and runs in the harness's pid namespace. The run is killed after
+// limit.
 func (h *helpers) start(c *contender, fifo string, child, proxyArgs []string, limit time.Duration) (*run, error) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		return nil, fmt.Errorf("make stamp FIFO: %w", err)
@@ -130,7 +130,7 @@ func (h *helpers) start(c *contender, fifo string, child, proxyArgs []string, li
 		Setsid:     true,
 		Pdeathsig:  syscall.SIGKILL,
 	}
-	if c.subreaper {
+	if c.notPID1 {
 		r.cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS
 	}
 	err = r.cmd.Start()

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nodeinit/nodeinit/test/bench/host"
 )
 
 // The log-throughput workload (issue 15): test/bench/logwriter writes
@@ -51,11 +53,18 @@ type logResults struct {
 	runs  int
 	files []int    // files of each --log-dir run whose lines were all there
 	wrong []string // what was wrong in the others
+	// before and after are the load averages before the first run and
+	// after the last.
+	before, after string
 }
 
 // logThroughput runs every mode once, starting with a different one each
 // round.
 func (b *bench) logThroughput(round int) error {
+	if round == 0 {
+		b.logs.before = host.LoadAverage()
+	}
+	defer func() { b.logs.after = host.LoadAverage() }()
 	for _, m := range rotate(logModes, round) {
 		if err := b.logRun(m); err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
@@ -222,8 +231,8 @@ func (r *results) writeLogs(w io.Writer) []verdict {
 	if l.batch > 1 {
 		how = fmt.Sprintf("%d lines per write(2)", l.batch)
 	}
-	fmt.Fprintf(w, "\nLog throughput: %s of %d-byte lines, %s, %d runs per row; the rate counts from the exec of PID 1 to its exit.\n\n",
-		formatBytes(float64(l.bytes)), logLine, how, l.runs)
+	fmt.Fprintf(w, "\nLog throughput: %s of %d-byte lines, %s, %d runs per row; the rate counts from the exec of PID 1 to its exit. Load average %s before, %s after.\n\n",
+		formatBytes(float64(l.bytes)), logLine, how, l.runs, l.before, l.after)
 	fmt.Fprintln(w, "| row | throughput | spread (p25–p75) | n | × own file | nodeinit CPU per GiB |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 	base := median(r.get(wLogRate, logBase))

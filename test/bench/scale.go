@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/test/bench/host"
 )
 
 // The subreaper-at-scale workload (issue 15): nodeinit as an ordinary
@@ -20,6 +22,7 @@ import (
 // every process of the host. Each level runs with that many other
 // processes on the host (test/helpers/task's hold mode), none of them
 // nodeinit's; the ratios are to the level with none, in the same run.
+// go-minimal runs beside it, in the same place, as a reference.
 const (
 	wScaleStart    = "start-to-exit"
 	wScaleShutdown = "shutdown (executor exit → init exit)"
@@ -29,22 +32,42 @@ const (
 	// holdLimit bounds the start of the held processes: 10,000 forks take
 	// about 8 s on the project's VM.
 	holdLimit = 5 * time.Minute
+	// A level starts once the CPUs are this idle (on 2 CPUs: at most half
+	// of one busy), or after quietLimit on a machine that stays busy.
+	quietIdle  = 0.75
+	quietLimit = 15 * time.Second
 )
 
-// subreaper is nodeinit as the scale workload runs it.
-func subreaper(nodeinit string) *contender {
-	return &contender{name: "nodeinit (subreaper)", binary: nodeinit, subreaper: true,
-		argv: func(_ *helpers, _ []string, child []string) []string {
-			return append([]string{nodeinit, "--run-proxy=false", "--"}, child...)
-		}}
+// scaleInits are the inits of the workload: nodeinit, and go-minimal in the
+// same place for reference, to tell what a busy host costs any process from
+// what it costs nodeinit.
+func scaleInits(nodeinit string) []*contender {
+	return []*contender{
+		{name: "nodeinit", binary: nodeinit, notPID1: true,
+			argv: func(_ *helpers, _ []string, child []string) []string {
+				return append([]string{nodeinit, "--run-proxy=false", "--"}, child...)
+			}},
+		{name: goMinimal, reference: "gominimal", notPID1: true, argv: reference("gominimal")},
+	}
 }
 
-// scaleResults are the workload's samples by number of other processes.
+// scaleResults are the workload's samples by init and number of other
+// processes.
 type scaleResults struct {
 	levels   []int
 	rounds   int
-	start    map[int][]float64
-	shutdown map[int][]float64
+	start    map[string]map[int][]float64
+	shutdown map[string]map[int][]float64
+	unquiet  []string // levels that began on a machine that did not become quiet
+	load     string   // load average before the first level
+	last     string   // and after the last
+}
+
+func (s *scaleResults) add(m map[string]map[int][]float64, who string, n int, v float64) {
+	if m[who] == nil {
+		m[who] = map[int][]float64{}
+	}
+	m[who][n] = append(m[who][n], v)
 }
 
 // scale runs every level once, starting with a different one each round.
@@ -55,11 +78,12 @@ func (b *bench) scale(round int) error {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			return fmt.Errorf("become a child subreaper: %w", err)
 		}
-		b.scaleRes = &scaleResults{levels: b.cfg.scaleLevels, start: map[int][]float64{}, shutdown: map[int][]float64{}}
+		b.scaleRes = &scaleResults{levels: b.cfg.scaleLevels, start: map[string]map[int][]float64{},
+			shutdown: map[string]map[int][]float64{}, load: host.LoadAverage()}
 	}
-	c := subreaper(b.nodeinit)
+	defer func() { b.scaleRes.last = host.LoadAverage() }()
 	for _, n := range rotate(b.cfg.scaleLevels, round) {
-		if err := b.scaleLevel(c, n); err != nil {
+		if err := b.scaleLevel(scaleInits(b.nodeinit), n); err != nil {
 			return fmt.Errorf("with %d other processes: %w", n, err)
 		}
 	}
@@ -67,7 +91,8 @@ func (b *bench) scale(round int) error {
 	return nil
 }
 
-func (b *bench) scaleLevel(c *contender, n int) error {
+// scaleLevel measures the inits, alternately, with n other processes.
+func (b *bench) scaleLevel(inits []*contender, n int) error {
 	if n > 0 {
 		h, err := b.h.hold(n)
 		if err != nil {
@@ -75,25 +100,36 @@ func (b *bench) scaleLevel(c *contender, n int) error {
 		}
 		defer h.stop()
 	}
-	// One run first, not counted: the first level of a round would
-	// otherwise pay for the caches the previous workload left cold.
-	if _, err := b.startOnce(c); err != nil {
-		return err
+	// The level before may have ended 10,000 processes: wait for the
+	// kernel to be done with them (at most half a CPU busy for 200 ms).
+	if waited, ok := host.Quiet(200*time.Millisecond, quietIdle, quietLimit); !ok {
+		b.scaleRes.unquiet = append(b.scaleRes.unquiet, fmt.Sprintf("%s (after %v)", thousands(n), waited.Round(time.Second)))
 	}
 	res := b.scaleRes
-	for range b.cfg.starts {
-		ns, err := b.startOnce(c)
-		if err != nil {
+	for _, c := range inits {
+		// One run first, not counted: the first of a level would
+		// otherwise pay for the caches the previous one left cold.
+		if _, err := b.startOnce(c); err != nil {
 			return err
 		}
-		res.start[n] = append(res.start[n], ns)
+	}
+	for range b.cfg.starts {
+		for _, c := range inits {
+			ns, err := b.startOnce(c)
+			if err != nil {
+				return err
+			}
+			res.add(res.start, c.name, n, ns)
+		}
 	}
 	for range b.cfg.shutdowns {
-		ns, _, err := b.shutdownOnce(c)
-		if err != nil {
-			return err
+		for _, c := range inits {
+			ns, _, err := b.shutdownOnce(c)
+			if err != nil {
+				return err
+			}
+			res.add(res.shutdown, c.name, n, ns)
 		}
-		res.shutdown[n] = append(res.shutdown[n], ns)
 	}
 	return nil
 }
@@ -162,26 +198,32 @@ func (r *results) writeScale(w io.Writer) []verdict {
 	if s == nil || s.rounds == 0 {
 		return nil
 	}
-	fmt.Fprintf(w, "\nSubreaper at scale: nodeinit not PID 1 (a child subreaper), with other processes on the host that are not its own; %d rounds, %d start-to-exit runs and %d shutdowns per level and round.\n\n",
-		s.rounds, r.cfg.starts, r.cfg.shutdowns)
-	fmt.Fprintln(w, "| other processes on the host | start-to-exit | spread (p25–p75) | × none | shutdown | spread (p25–p75) | × none |")
-	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
-	start0, shut0 := median(s.start[0]), median(s.shutdown[0])
+	fmt.Fprintf(w, "\nSubreaper at scale: nodeinit not PID 1 (a child subreaper), and go-minimal in the same place for reference, with other processes on the host that are not theirs; %d rounds, %d start-to-exit runs and %d shutdowns of each per level and round, alternated, each level once the CPUs were %.0f %% idle; load average %s before, %s after.\n\n",
+		s.rounds, r.cfg.starts, r.cfg.shutdowns, quietIdle*100, s.load, s.last)
+	if len(s.unquiet) > 0 {
+		fmt.Fprintf(w, "The machine was still busy when these levels began: %s.\n\n", strings.Join(s.unquiet, ", "))
+	}
+	fmt.Fprintln(w, "| workload | init | other processes on the host | median | spread (p25–p75) | n | × none |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
 	var out []verdict
-	for _, n := range s.levels {
-		st, sh := s.start[n], s.shutdown[n]
-		fmt.Fprintf(w, "| %s | %s | %s–%s | %s | %s | %s–%s | %s |\n", thousands(n),
-			format(wScaleStart, median(st)), format(wScaleStart, percentile(st, 25)), format(wScaleStart, percentile(st, 75)), ratio(median(st), start0),
-			format(wScaleShutdown, median(sh)), format(wScaleShutdown, percentile(sh, 25)), format(wScaleShutdown, percentile(sh, 75)), ratio(median(sh), shut0))
-		if n == 0 || start0 == 0 || shut0 == 0 {
-			continue
-		}
-		for _, m := range []struct {
-			what string
-			v    float64
-		}{{wScaleStart, median(st) / start0}, {wScaleShutdown, median(sh) / shut0}} {
-			out = append(out, verdict{15, fmt.Sprintf("subreaper %s with %s other processes ≤ %.1f × with none", m.what, thousands(n), scaleLimit),
-				fmt.Sprintf("%.2f ×", m.v), m.v <= scaleLimit})
+	for _, wl := range []struct {
+		name    string
+		samples map[string]map[int][]float64
+	}{{wScaleStart, s.start}, {wScaleShutdown, s.shutdown}} {
+		for _, c := range scaleInits("") {
+			none := median(wl.samples[c.name][0])
+			for _, n := range s.levels {
+				v := wl.samples[c.name][n]
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s–%s | %d | %s |\n", wl.name, c.name, thousands(n),
+					format(wl.name, median(v)), format(wl.name, percentile(v, 25)), format(wl.name, percentile(v, 75)), len(v),
+					ratio(median(v), none))
+				if c.name != "nodeinit" || n == 0 || none == 0 {
+					continue
+				}
+				q := median(v) / none
+				out = append(out, verdict{15, fmt.Sprintf("subreaper %s with %s other processes ≤ %.1f × with none", wl.name, thousands(n), scaleLimit),
+					fmt.Sprintf("%.2f × (go-minimal %s ×)", q, ratio(median(wl.samples[goMinimal][n]), median(wl.samples[goMinimal][0]))), q <= scaleLimit})
+			}
 		}
 	}
 	return out

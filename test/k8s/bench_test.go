@@ -89,7 +89,9 @@ func TestRealNodeBench(t *testing.T) {
 			})
 		}
 	}
-	if t.Failed() {
+	// A node whose teardown found the host changed has failed the test,
+	// but its times were taken before: the table shows every node timed.
+	if len(runs["nodeinit"]) == 0 || len(runs["shell script"]) == 0 {
 		return
 	}
 	var b strings.Builder
