@@ -140,7 +140,7 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 		}
 	}
 	return &results{cfg: cfg, inits: inits, samples: b.samples, notes: b.notes, logs: b.logs, scale: b.scaleRes, crash: b.crash,
-		took: time.Since(b.started),
+		started: b.started, took: time.Since(b.started),
 		load: b.load + " at the start, " + host.LoadAverage() + " at the end"}, nil
 }
 

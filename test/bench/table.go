@@ -22,6 +22,7 @@ type results struct {
 	logs    *logResults
 	scale   *scaleResults
 	crash   *crashResults
+	started time.Time
 	took    time.Duration
 	load    string
 }
@@ -44,7 +45,7 @@ func (r *results) write(w io.Writer) {
 	var u unix.Utsname
 	unix.Uname(&u)
 	fmt.Fprintf(w, "%s, %d CPUs, Linux %s; %d rounds (%d start-to-exit runs, %d signals, %d shutdowns per init and round; %d orphans per reaping run), %d idle windows of %s; took %s; load average %s.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), unix.ByteSliceToString(u.Release[:]),
+		r.started.UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), unix.ByteSliceToString(u.Release[:]),
 		r.cfg.rounds, r.cfg.starts, r.cfg.signals, r.cfg.shutdowns, r.cfg.orphans, r.cfg.idleRounds, r.cfg.idle, r.took.Round(time.Second), r.load)
 	verdicts := r.writeInits(w)
 	verdicts = append(verdicts, r.writeScale(w)...)

@@ -95,7 +95,7 @@ func TestRealNodeBench(t *testing.T) {
 		return
 	}
 	var b strings.Builder
-	writeRealNode(&b, runs, rounds, time.Since(began), load+" at the start, "+host.LoadAverage()+" at the end", c.bin)
+	writeRealNode(&b, runs, rounds, began, load+" at the start, "+host.LoadAverage()+" at the end", c.bin)
 	if out := os.Getenv("NODEINIT_K8S_BENCH_OUT"); out != "" {
 		must(t, os.WriteFile(out, []byte(b.String()), 0o644))
 	} else {
@@ -136,11 +136,11 @@ func (c *cluster) benchNode(t *testing.T, nodeinit string, script bool) realNode
 }
 
 // writeRealNode prints the machine, the table and the verdicts.
-func writeRealNode(w io.Writer, runs map[string][]realNodeRun, rounds int, took time.Duration, load, bin string) {
+func writeRealNode(w io.Writer, runs map[string][]realNodeRun, rounds int, began time.Time, load, bin string) {
 	version, _ := os.ReadFile(filepath.Join(bin, "VERSION"))
 	fmt.Fprintf(w, "Real node: %s, %d CPUs; kubelet and kube-proxy %s; %d rounds of each, alternated; took %s; load average %s.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), strings.TrimSpace(string(version)), rounds,
-		took.Round(time.Second), load)
+		began.UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), strings.TrimSpace(string(version)), rounds,
+		time.Since(began).Round(time.Second), load)
 	fmt.Fprintln(w, "| PID 1 | start → Node Ready | spread (p25–p75) | TERM → exit | spread (p25–p75) | n |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 	stats := func(who string, of func(realNodeRun) time.Duration) []time.Duration {
