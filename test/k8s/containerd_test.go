@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -140,12 +141,35 @@ func (c *containerd) cri(args ...string) (string, error) {
 // CNI takes each pod's network down and runc removes the containers and
 // their cgroups: pods outlive the kubelet, which has no graceful node
 // shutdown here.
+//
+// A node stopped while the kubelet was starting a pod leaves a container
+// whose start is still in flight in containerd. The forced removal does not
+// stop such a container: containerd refuses to remove it while it starts
+// ("container is in starting state"), and when the start ends between the
+// stop and the removal, the container runs ("container is still running").
+// Either way the start is over a moment later, and containerd says nothing
+// when it is, so the removal, which stops what runs, is tried again for as
+// long as one of those is the reason, up to half a minute.
 func (c *containerd) removePods() []error {
 	if !c.running() {
 		return nil
 	}
-	if _, err := c.cri("rmp", "--all", "--force"); err != nil {
-		return []error{fmt.Errorf("remove the pods through the CRI: %w", err)}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := c.cri("rmp", "--all", "--force")
+		switch {
+		case err == nil:
+			return nil
+		case !startInFlight(err) || time.Now().After(deadline):
+			return []error{fmt.Errorf("remove the pods through the CRI: %w", err)}
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return nil
+}
+
+// startInFlight says whether the CRI refused to remove a container because
+// of a start that was in flight when the pods were stopped.
+func startInFlight(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "container is in starting state") || strings.Contains(msg, "container is still running")
 }
