@@ -60,8 +60,16 @@ type hostState struct {
 }
 
 // cgroupNames are the top-level cgroups a node makes: the kubelet's
-// /kubepods, and the test's --cgroup-parent ones (added by that test).
+// /kubepods, and the cgroups a test makes for it (added by trackCgroup).
 var cgroupNames = []string{"kubepods"}
+
+// trackCgroup adds name to cgroupNames, once: a test run again in the same
+// process (go test -count) names the same cgroups again.
+func trackCgroup(name string) {
+	if !slices.Contains(cgroupNames, name) {
+		cgroupNames = append(cgroupNames, name)
+	}
+}
 
 // readHost reads the host's state; extra are more directories under which
 // mounts count (the fixture's own).

@@ -53,7 +53,7 @@ func TestNodeInAMesosContainerWithTheDefaultIsolation(t *testing.T) {
 	cg := "/" + root + "/" + id
 	l, err := cgroups.ReadLayout("/")
 	must(t, err)
-	cgroupNames = append(cgroupNames, root) // removed and checked with the node's
+	trackCgroup(root) // removed and checked with the node's
 	var made []string
 	for _, h := range l.Hierarchies {
 		if !slices.Contains(h.Controllers, "freezer") && !slices.Contains(h.Controllers, "name=systemd") {

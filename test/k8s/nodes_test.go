@@ -237,7 +237,7 @@ func (k *kubeNode) writeFlags(t *testing.T, args []string, extra ...string) [][]
 // putBack check and remove it.
 func makeCgroup(t *testing.T, cg string) {
 	t.Helper()
-	cgroupNames = append(cgroupNames, strings.TrimPrefix(cg, "/"))
+	trackCgroup(strings.TrimPrefix(cg, "/"))
 	for _, dir := range cgroupDirs() {
 		if !strings.HasSuffix(dir, cg) {
 			continue
