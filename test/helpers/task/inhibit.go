@@ -12,8 +12,8 @@ import (
 // inhibitShutdown does what the kubelet's graceful node shutdown does on
 // the system bus that DBUS_SYSTEM_BUS_ADDRESS names: it takes a delay lock
 // on shutdown, waits for PrepareForShutdown(true), "drains" for drain, and
-// releases the lock. It notes INHIBIT, PREPARE and RELEASED in rec as it
-// goes, like the signals it receives.
+// releases the lock. It notes INHIBIT, PREPARE and RELEASED (as it
+// releases the lock) in rec as it goes, like the signals it receives.
 func inhibitShutdown(rec *os.File, drain time.Duration) {
 	conn, err := dbus.SystemBus()
 	check(err)
@@ -30,8 +30,10 @@ func inhibitShutdown(rec *os.File, drain time.Duration) {
 			if len(s.Body) == 1 && s.Body[0] == true {
 				note(rec, "PREPARE")
 				time.Sleep(drain) // the pods' grace periods, in a real kubelet
-				check(unix.Close(int(fd)))
+				// Noted just before the close: the TERM that the close lets
+				// nodeinit send can end this task before a note after it.
 				note(rec, "RELEASED")
+				check(unix.Close(int(fd)))
 				return
 			}
 		}
