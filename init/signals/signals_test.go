@@ -68,19 +68,21 @@ func TestCarriedAcrossTheReexec(t *testing.T) {
 
 func TestTheKernelsIgnoredActionIsSeen(t *testing.T) {
 	// SIGTTIN is one the Go runtime leaves alone: its action is the
-	// kernel's, as inherited.
-	if isIgnored(unix.SIGTTIN) {
-		t.Skip("skipped: SIGTTIN was ignored when the test started")
-	}
-	var act, old [4]uint64
-	act[0] = sigIgn
+	// kernel's, as inherited. The test sets it to SIG_DFL and then to
+	// SIG_IGN itself, whatever it inherited, and puts that back.
+	var dfl, ign, old [4]uint64
+	ign[0] = sigIgn
 	set := func(a *[4]uint64, o *[4]uint64) {
 		if _, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(unix.SIGTTIN), uintptrOf(a), uintptrOf(o), 8, 0, 0); errno != 0 {
 			t.Fatal(errno)
 		}
 	}
-	set(&act, &old)
+	set(&dfl, &old)
 	defer set(&old, nil)
+	if isIgnored(unix.SIGTTIN) || slices.Contains(ignoredNow(), unix.SIGTTIN) {
+		t.Error("SIGTTIN set to SIG_DFL is seen as ignored")
+	}
+	set(&ign, nil)
 	if !isIgnored(unix.SIGTTIN) || !slices.Contains(ignoredNow(), unix.SIGTTIN) {
 		t.Error("SIGTTIN set to SIG_IGN is not seen as ignored")
 	}
