@@ -74,19 +74,6 @@ func TestWriteNeverBlocksOnAnUnreadPipe(t *testing.T) {
 	}
 }
 
-func TestWriteToAClosedPipeDoesNotKill(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Close()
-	s := New(w, DefaultLimit)
-	s.Write([]byte("nobody reads this\n"))
-	if !s.Flush(5 * time.Second) {
-		t.Fatal("Flush did not return after EPIPE")
-	}
-}
-
 // A stdout inherited in non-blocking mode fills up and says EAGAIN; the
 // writer waits for it to drain instead of losing what it holds.
 func TestNonBlockingOutputLosesNothing(t *testing.T) {
