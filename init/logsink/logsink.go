@@ -26,7 +26,6 @@ import (
 	"runtime"
 	"sync"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -101,7 +100,7 @@ func (s *Sink) writer() {
 }
 
 // quiet are the signals a write of the sink's must not raise.
-var quiet = sigset(unix.SIGPIPE, unix.SIGTTOU)
+var quiet = linux.Sigset(unix.SIGPIPE, unix.SIGTTOU)
 
 // writeQuietly writes b with the quiet signals blocked on the calling
 // thread. The kernel sends SIGPIPE to the thread whose write met a closed
@@ -117,29 +116,10 @@ func writeQuietly(fd int, b []byte) error {
 	defer unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
 	err := writeAll(fd, b)
 	if errors.Is(err, unix.EPIPE) {
-		takePending(sigset(unix.SIGPIPE))
+		pipe := linux.Sigset(unix.SIGPIPE)
+		linux.TakePending(&pipe) // a standard signal is pending once at most
 	}
 	return err
-}
-
-// takePending takes the signals of set that are pending on the calling
-// thread, without waiting.
-func takePending(set unix.Sigset_t) {
-	var zero unix.Timespec
-	for {
-		_, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGTIMEDWAIT, uintptr(unsafe.Pointer(&set)), 0,
-			uintptr(unsafe.Pointer(&zero)), unsafe.Sizeof(set.Val[0]), 0, 0)
-		if errno != unix.EINTR && errno != 0 { // EAGAIN: none left
-			return
-		}
-	}
-}
-
-func sigset(sigs ...unix.Signal) (set unix.Sigset_t) {
-	for _, sig := range sigs {
-		set.Val[(sig-1)/64] |= 1 << ((sig - 1) % 64)
-	}
-	return set
 }
 
 // Flush waits until everything queued has been written, or until timeout:

@@ -6,9 +6,10 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // carryEnv is the environment variable in which a nodeinit that re-executes
@@ -102,22 +103,14 @@ func (s *Set) ForExec() string {
 // the process but no thread has handled yet, with rt_sigtimedwait and no
 // wait, and returns their names.
 func takeKernelPending(sigs []os.Signal) []string {
-	var set unix.Sigset_t
-	for _, sig := range sigs {
-		n := sig.(syscall.Signal)
-		set.Val[(n-1)/64] |= 1 << ((n - 1) % 64)
+	nums := make([]unix.Signal, len(sigs))
+	for i, sig := range sigs {
+		nums[i] = sig.(syscall.Signal)
 	}
+	set := linux.Sigset(nums...)
 	var taken []string
-	for len(sigs) > 0 {
-		var zero unix.Timespec
-		r, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGTIMEDWAIT, uintptr(unsafe.Pointer(&set)), 0, uintptr(unsafe.Pointer(&zero)), 8, 0, 0)
-		if errno == unix.EINTR {
-			continue
-		}
-		if errno != 0 { // EAGAIN: none is pending
-			return taken
-		}
-		taken = append(taken, Name(syscall.Signal(r)))
+	for sig, ok := linux.TakePending(&set); ok; sig, ok = linux.TakePending(&set) {
+		taken = append(taken, Name(sig))
 	}
 	return taken
 }

@@ -8,6 +8,7 @@ package linux
 import (
 	"errors"
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -223,4 +224,28 @@ func SetPipeSize(fd, size int) (int, error) {
 		return 0, os.NewSyscallError("fcntl F_SETPIPE_SZ", err)
 	}
 	return n, nil
+}
+
+// Sigset is the kernel's signal set holding sigs.
+func Sigset(sigs ...unix.Signal) (set unix.Sigset_t) {
+	for _, sig := range sigs {
+		set.Val[(sig-1)/64] |= 1 << ((sig - 1) % 64)
+	}
+	return set
+}
+
+// TakePending takes one signal of set that is pending for the calling
+// thread or the process, without waiting: rt_sigtimedwait(2) with a zero
+// timeout. ok is false when none is pending.
+func TakePending(set *unix.Sigset_t) (sig unix.Signal, ok bool) {
+	var zero unix.Timespec
+	n, err := retry2(func() (uintptr, error) {
+		r, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGTIMEDWAIT, uintptr(unsafe.Pointer(set)), 0,
+			uintptr(unsafe.Pointer(&zero)), unsafe.Sizeof(set.Val[0]), 0, 0)
+		if errno != 0 {
+			return 0, errno
+		}
+		return r, nil
+	})
+	return unix.Signal(n), err == nil // EAGAIN: none is pending
 }
