@@ -71,9 +71,10 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 			return exitFailure
 		}
 	}
-	// The other signals are caught while nodeinit prepares, and before the
-	// first fork.
-	sigs.CatchRest()
+	// The signals that would end, crash or stop nodeinit are caught while
+	// it prepares, and before the first fork; the rest once the executor
+	// runs (the supervisor does that).
+	sigs.CatchBeforeFork()
 	// From here on nodeinit's log goes to stdout through a queue, so that a
 	// stdout nobody reads never blocks reaping or signal handling.
 	sink := logsink.New(os.Stdout, logsink.DefaultLimit)

@@ -67,7 +67,8 @@ func (c *commandLine) usage() string {
 	return "Usage: nodeinit [flags] [--] EXECUTOR [ARG...]\n\n" +
 		"nodeinit is the PID 1 of a Kubernetes node container. It runs EXECUTOR (the kubelet)\n" +
 		"as the main task and the proxy (kube-proxy) as a respawned sidecar, reaps every\n" +
-		"zombie, forwards TERM, INT and HUP, and exits with the executor's status.\n\nFlags:\n" +
+		"zombie, passes on every signal it can catch (TERM and INT with a grace period),\n" +
+		"and exits with the executor's status.\n\nFlags:\n" +
 		c.fs.FlagUsages()
 }
 

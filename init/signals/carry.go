@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -23,6 +24,9 @@ const carryEnv = "NODEINIT_SIGNALS"
 type Carried struct {
 	Valid   bool // the variable was there: this process is the re-executed one
 	Ignored []syscall.Signal
+	// Pending is a set, TERM or INT at most once each: the kernel too
+	// holds a standard signal pending once, however often it was sent,
+	// and a TERM can have reached both of ForExec's channels.
 	Pending []syscall.Signal
 }
 
@@ -55,7 +59,7 @@ func TakeCarried() (Carried, error) {
 			if !ok {
 				return Carried{}, fmt.Errorf("%s=%q: unknown signal %q", carryEnv, v, name)
 			}
-			*into = append(*into, sig)
+			*into = addOnce(*into, sig)
 		}
 	}
 	return c, nil
@@ -70,9 +74,22 @@ func TakeCarried() (Carried, error) {
 // channel. ForExec takes the first kind off the kernel's queue itself, then
 // waits until the runtime has put every signal it took on a channel
 // (signal.Stop does), keeping them caught meanwhile on a second channel.
-// From then until the new image catches them again, TERM and INT are
-// ignored rather than left to their default action, which would end
-// nodeinit: one that arrives in that instant is lost, never fatal.
+// What it found is carried as a set: one TERM and one INT at most.
+//
+// From then until the execve, TERM and INT are ignored rather than left to
+// their default action: one that arrives then is lost, never fatal. INT
+// stays ignored in the new image until CatchTerminating catches it (the Go
+// runtime keeps an inherited SIG_IGN for HUP and INT). TERM does not: the
+// new image's runtime installs its own handler for it as it starts, before
+// any of nodeinit's code runs, and a TERM in the time until
+// CatchTerminating (the runtime's start and package init: about 3 ms on a
+// 2-core VM, docs/benchmarks.md) ends it, before it has started any child:
+// with status 143, or 2 as PID 1 of a pid namespace, where the kernel drops
+// the runtime's own default action and the runtime exits instead. That is
+// the same window every Go program has when it starts, nodeinit's first
+// image too; a pure-Go program cannot close it (the runtime unblocks TERM
+// on every thread and installs its handler before package init). The
+// container's runtime sees nodeinit exit, and nothing is left running.
 func (s *Set) ForExec() string {
 	terminating := s.wanted(unix.SIGTERM, unix.SIGINT)
 	pending := takeKernelPending(terminating)
@@ -86,31 +103,44 @@ func (s *Set) ForExec() string {
 		for drained := false; !drained; {
 			select {
 			case sig := <-c:
-				pending = append(pending, Name(sig.(syscall.Signal)))
+				pending = addOnce(pending, sig.(syscall.Signal))
 			default:
 				drained = true
 			}
 		}
 	}
-	ignored := make([]string, len(s.IgnoredAtStart))
-	for i, sig := range s.IgnoredAtStart {
-		ignored[i] = Name(sig)
+	return carryEnv + "=ignored=" + names(s.IgnoredAtStart) + ";pending=" + names(pending)
+}
+
+// addOnce adds sig to the set sigs.
+func addOnce(sigs []syscall.Signal, sig syscall.Signal) []syscall.Signal {
+	if slices.Contains(sigs, sig) {
+		return sigs
 	}
-	return carryEnv + "=ignored=" + strings.Join(ignored, ",") + ";pending=" + strings.Join(pending, ",")
+	return append(sigs, sig)
+}
+
+// names is sigs' names, comma-separated.
+func names(sigs []syscall.Signal) string {
+	out := make([]string, len(sigs))
+	for i, sig := range sigs {
+		out[i] = Name(sig)
+	}
+	return strings.Join(out, ",")
 }
 
 // takeKernelPending takes every signal of sigs that the kernel holds for
 // the process but no thread has handled yet, with rt_sigtimedwait and no
-// wait, and returns their names.
-func takeKernelPending(sigs []os.Signal) []string {
+// wait.
+func takeKernelPending(sigs []os.Signal) []syscall.Signal {
 	nums := make([]unix.Signal, len(sigs))
 	for i, sig := range sigs {
 		nums[i] = sig.(syscall.Signal)
 	}
 	set := linux.Sigset(nums...)
-	var taken []string
+	var taken []syscall.Signal
 	for sig, ok := linux.TakePending(&set); ok; sig, ok = linux.TakePending(&set) {
-		taken = append(taken, Name(sig))
+		taken = addOnce(taken, sig)
 	}
 	return taken
 }

@@ -119,7 +119,7 @@ type Set struct {
 	// therefore does not catch.
 	IgnoredAtStart []syscall.Signal
 
-	rest chan struct{} // closed once CatchRest has caught everything
+	rest chan struct{} // closed once CatchBeforeFork has caught its signals
 }
 
 // CatchTerminating catches TERM and INT at once, unless they were ignored
@@ -141,35 +141,65 @@ func CatchTerminating(carried Carried) *Set {
 	if t := s.wanted(unix.SIGTERM, unix.SIGINT); len(t) > 0 { // Notify with none would catch all
 		signal.Notify(s.Terminating, t...)
 	}
+	// Pending is a set of at most two, far below the channel's capacity;
+	// the refill never blocks all the same: PID 1 must not hang on what
+	// its environment says.
 	for _, sig := range carried.Pending {
-		s.Terminating <- sig
+		select {
+		case s.Terminating <- sig:
+		default:
+		}
 	}
 	return s
 }
 
-// CatchRest catches every other signal on a goroutine and returns at once:
-// os/signal enables each signal with a round trip to the runtime's signal
-// thread, dozens of them in all, which would delay the start. Wait blocks
-// until it is done; nodeinit waits before its first fork, so that every
-// signal that reaches it from then on is handled.
-func (s *Set) CatchRest() {
+// CatchBeforeFork catches, on a goroutine, SIGCHLD and every other signal
+// that would end, crash or stop nodeinit if it came unhandled (see
+// beforeFork), and returns at once: os/signal enables each signal with a
+// round trip to the runtime's signal thread, which would delay the start.
+// Wait blocks until it is done; nodeinit waits before its first fork, so
+// that no child's end and no such signal is missed from then on.
+func (s *Set) CatchBeforeFork() {
 	go func() {
 		defer close(s.rest)
 		signal.Notify(s.Child, unix.SIGCHLD)
-		var other []syscall.Signal
-		for _, sig := range Caught() {
-			if r := RouteOf(sig); r != Reap && r != Terminate {
-				other = append(other, sig)
-			}
-		}
-		if o := s.wanted(other...); len(o) > 0 {
+		if o := s.wanted(beforeFork...); len(o) > 0 {
 			signal.Notify(s.Other, o...)
 		}
 	}()
 }
 
-// Wait returns once CatchRest has caught every signal.
+// Wait returns once CatchBeforeFork has caught its signals.
 func (s *Set) Wait() { <-s.rest }
+
+// CatchForwarded catches the signals left, those the Go runtime ignores
+// while nodeinit has not caught them (USR1, USR2, PIPE, ALRM, CONT, XCPU,
+// XFSZ, VTALRM, WINCH, IO, PWR and the real-time ones). nodeinit calls it
+// right after the executor has started: before, there is nobody to pass
+// them to, and enabling these 41 before the first fork would cost the start
+// about a millisecond (docs/benchmarks.md). One that comes before it is
+// done is ignored, as it would be had nodeinit not started yet.
+func (s *Set) CatchForwarded() {
+	var rest []syscall.Signal
+	for _, sig := range Caught() {
+		if r := RouteOf(sig); r != Reap && r != Terminate && !slices.Contains(beforeFork, sig) {
+			rest = append(rest, sig)
+		}
+	}
+	if o := s.wanted(rest...); len(o) > 0 {
+		signal.Notify(s.Other, o...)
+	}
+}
+
+// beforeFork are the signals, besides TERM, INT and CHLD, that nodeinit
+// catches before its first fork: those whose action in a Go program that
+// has not caught them would end it (HUP), crash it with a trace (QUIT,
+// ABRT, STKFLT, SYS and the fault signals sent with kill), or stop it
+// (TSTP, TTIN, TTOU, which the runtime leaves to the kernel's default).
+var beforeFork = []syscall.Signal{
+	unix.SIGHUP, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP, unix.SIGABRT, unix.SIGBUS, unix.SIGFPE, unix.SIGSEGV,
+	unix.SIGSTKFLT, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGSYS,
+}
 
 // wanted returns the signals of sigs that were not ignored at start.
 func (s *Set) wanted(sigs ...syscall.Signal) []os.Signal {

@@ -1,9 +1,12 @@
 package signals
 
 import (
+	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -63,6 +66,34 @@ func TestCarriedAcrossTheReexec(t *testing.T) {
 	t.Setenv(carryEnv, "ignored=;pending=")
 	if c, err := TakeCarried(); err != nil || !c.Valid || len(c.Ignored)+len(c.Pending) != 0 {
 		t.Errorf("empty lists: %+v, %v", c, err)
+	}
+}
+
+// However many TERMs a re-exec found (the kernel's queue, and both of
+// ForExec's channels, can each hold one), they are carried as one, and the
+// new image's refill can never block on them: nine used to hang PID 1.
+func TestCarriedSignalsAreASetAndNeverBlock(t *testing.T) {
+	t.Setenv(carryEnv, "ignored=HUP,HUP;pending="+strings.Repeat("TERM,", 9)+"INT,TERM,INT")
+	c, err := TakeCarried()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Pending, []syscall.Signal{unix.SIGTERM, unix.SIGINT}) || !slices.Equal(c.Ignored, []syscall.Signal{unix.SIGHUP}) {
+		t.Errorf("carried %+v, want pending TERM,INT and ignored HUP once each", c)
+	}
+
+	// A Carried made by hand, beyond the channel's capacity.
+	many := Carried{Valid: true, Pending: slices.Repeat([]syscall.Signal{unix.SIGTERM}, 3*8)}
+	done := make(chan *Set, 1)
+	go func() { done <- CatchTerminating(many) }()
+	select {
+	case s := <-done:
+		signal.Stop(s.Terminating)
+		if n := len(s.Terminating); n != cap(s.Terminating) {
+			t.Errorf("%d TERMs queued, want the channel full (%d) and the rest dropped", n, cap(s.Terminating))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("CatchTerminating blocked on the carried signals")
 	}
 }
 

@@ -78,7 +78,8 @@ type Config struct {
 	// nodeinit's descendants.
 	ProcRoot string
 	// Signals come from signals.CatchTerminating, called first thing, with
-	// CatchRest under way; Run waits for it before the first fork.
+	// CatchBeforeFork under way; Run waits for it before the first fork,
+	// and catches the rest (CatchForwarded) once the executor has started.
 	Signals *signals.Set
 	// OnExecutorStarted (with the executor's pid) and OnShutdown, when
 	// set, are called from the loop once each; they must not block.
@@ -189,8 +190,9 @@ func (s *Supervisor) Run() int {
 		}
 		t.Path = path
 	}
-	// Every signal is caught before the first fork: none of a child's
-	// ends, nor a signal meant for it, goes unnoticed.
+	// CHLD and every signal that would end or stop nodeinit are caught
+	// before the first fork: no child's end goes unnoticed, and nothing
+	// sent meanwhile kills nodeinit with its children running.
 	s.sigs.Wait()
 	s.begin()
 	for !s.done {
@@ -212,6 +214,8 @@ func (s *Supervisor) begin() {
 		s.reap() // no SIGCHLD comes when nothing was started
 		return
 	}
+	// Now there is someone to pass the rest to.
+	s.sigs.CatchForwarded()
 	if s.cfg.OnExecutorStarted != nil {
 		s.cfg.OnExecutorStarted(s.executor.pid)
 	}
@@ -329,7 +333,9 @@ func (s *Supervisor) executorEnded(e reaper.Exit) {
 	s.ended(s.executor, e)
 	s.exitCode = e.Code()
 	klog.InfoS("Executor ended", "pid", e.Pid, "status", e.String(), "exitCode", s.exitCode)
-	s.shutdown("the executor ended")
+	if s.phase < shutdown { // else it ended after giveUp had gone on without it
+		s.shutdown("the executor ended")
+	}
 }
 
 func (s *Supervisor) proxyEnded(e reaper.Exit) {
@@ -416,6 +422,9 @@ func (s *Supervisor) graceExpired() {
 		if s.executor.state == stateRunning {
 			klog.InfoS("Executor still running after the grace period; killing its process group", "pid", s.executor.pid, "gracePeriod", s.cfg.GracePeriod)
 			s.signalTask(s.executor, unix.SIGKILL)
+			// An executor that survives KILL (in uninterruptible sleep,
+			// frozen) must not hold nodeinit here for ever.
+			s.deadline.Reset(s.cfg.ReapBound)
 		}
 		return
 	}
@@ -426,8 +435,19 @@ func (s *Supervisor) graceExpired() {
 }
 
 // giveUp ends the run ReapBound after the grace period with what cannot be
-// reaped still there: a process in uninterruptible sleep, say.
+// reaped still there: a process in uninterruptible sleep, say. Before the
+// shutdown it gives up on the executor alone, which KILL has not ended
+// within ReapBound: the shutdown goes on without it, and nodeinit exits as
+// though the KILL had taken effect, 128+9, unless the executor ends after
+// all.
 func (s *Supervisor) giveUp() {
+	if s.phase < shutdown {
+		klog.ErrorS(nil, "The executor could not be reaped after KILL; shutting down without it", "bound", s.cfg.ReapBound,
+			"process", s.sys.Describe(s.executor.pid))
+		s.exitCode = 128 + int(unix.SIGKILL)
+		s.shutdown("the executor could not be reaped")
+		return
+	}
 	left := s.sys.Leftovers()
 	klog.ErrorS(nil, "Exiting with processes that could not be reaped", "bound", s.cfg.GracePeriod+s.cfg.ReapBound,
 		"count", len(left), "processes", strings.Join(left, ", "))

@@ -79,6 +79,8 @@ func (f *fakeSystem) Leftovers() []string {
 	return out
 }
 
+func (f *fakeSystem) Describe(pid int) string { return fmt.Sprintf("%d (stuck) D", pid) }
+
 func (f *fakeSystem) Now() time.Time { return f.now }
 
 func (f *fakeSystem) NewTimer() timer {
@@ -227,6 +229,47 @@ func TestExecutorStillRunningAtTheGracePeriodIsKilled(t *testing.T) {
 	h.exit(executor, unix.WaitStatus(unix.SIGKILL))
 	if h.s.exitCode != 137 {
 		t.Errorf("exit code %d, want 137", h.s.exitCode)
+	}
+}
+
+// An executor that KILL does not end (uninterruptible sleep, frozen) holds
+// nodeinit no longer than the grace period and ReapBound: then the
+// shutdown goes on without it, bounded as ever, and the exit code is 137.
+func TestAnExecutorThatSurvivesKillDoesNotHoldTheStop(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ReapBound = 2 * time.Second })
+	proxy, executor := h.pid(0), h.pid(1)
+	h.signal(unix.SIGTERM)
+	h.advance(10 * time.Second)
+	h.wantSent(fmt.Sprintf("TERM>-%d KILL>-%d", executor, executor))
+	h.advance(2*time.Second - time.Millisecond)
+	h.wantPhase(stopping)
+	h.advance(time.Millisecond)
+	h.wantPhase(shutdown)
+	h.wantSent(fmt.Sprintf("TERM>-%d TERM>rest", proxy))
+	h.exit(proxy, exitCode(0))
+	if h.s.done {
+		t.Fatal("done with the executor still unreaped before the shutdown's own bound")
+	}
+	h.advance(12 * time.Second)
+	if !h.s.done || h.s.exitCode != 137 {
+		t.Errorf("done %v with %d, want done with 137 after the shutdown's bound", h.s.done, h.s.exitCode)
+	}
+}
+
+// An executor that ends after nodeinit went on without it gives its own
+// status, and starts no second shutdown.
+func TestAnExecutorThatEndsLateGivesItsStatus(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ReapBound = 2 * time.Second })
+	proxy, executor := h.pid(0), h.pid(1)
+	h.signal(unix.SIGTERM)
+	h.advance(12 * time.Second)
+	h.wantPhase(shutdown)
+	h.sys.takeSent()
+	h.exit(executor, unix.WaitStatus(unix.SIGKILL))
+	h.wantSent("")
+	h.exit(proxy, exitCode(0))
+	if !h.s.done || h.s.exitCode != 137 {
+		t.Errorf("done %v with %d, want done with the executor's 137", h.s.done, h.s.exitCode)
 	}
 }
 

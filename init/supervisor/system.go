@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nodeinit/nodeinit/init/proctree"
 	"github.com/nodeinit/nodeinit/init/reaper"
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // system is what the supervisor asks of the kernel and the clock: starting
@@ -28,6 +30,8 @@ type system interface {
 	// Leftovers describes the processes KillRest would signal, for the
 	// last log line when some cannot be reaped.
 	Leftovers() []string
+	// Describe names one process for the log.
+	Describe(pid int) string
 	Now() time.Time
 	NewTimer() timer
 }
@@ -59,12 +63,7 @@ func (k *kernel) Start(path string, argv []string, attr *syscall.ProcAttr) (int,
 func (k *kernel) Reap() ([]reaper.Exit, bool, error) { return k.reaper.Reap() }
 func (k *kernel) Orphans() uint64                    { return k.reaper.Orphans() }
 
-func (k *kernel) Kill(pid int, sig syscall.Signal) error {
-	if err := unix.Kill(pid, sig); err != nil {
-		return os.NewSyscallError("kill", err)
-	}
-	return nil
-}
+func (k *kernel) Kill(pid int, sig syscall.Signal) error { return linux.Kill(pid, sig) }
 
 // KillRest uses kill(-1) as PID 1: it reaches every process of the
 // namespace at once, and a process forking meanwhile cannot escape it. A
@@ -72,8 +71,8 @@ func (k *kernel) Kill(pid int, sig syscall.Signal) error {
 // descendants it finds; one forked after the walk is found by the next.
 func (k *kernel) KillRest(sig syscall.Signal) error {
 	if k.isInit {
-		if err := unix.Kill(-1, sig); err != nil && !errors.Is(err, unix.ESRCH) {
-			return os.NewSyscallError("kill(-1)", err)
+		if err := linux.Kill(-1, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("every process of the namespace: %w", err)
 		}
 		return nil
 	}
@@ -82,7 +81,7 @@ func (k *kernel) KillRest(sig syscall.Signal) error {
 		return err
 	}
 	for _, pid := range pids {
-		_ = unix.Kill(pid, sig)
+		_ = linux.Kill(pid, sig)
 	}
 	return nil
 }
@@ -100,6 +99,8 @@ func (k *kernel) Leftovers() []string {
 	}
 	return out
 }
+
+func (k *kernel) Describe(pid int) string { return proctree.Describe(k.procRoot, pid) }
 
 func (k *kernel) Now() time.Time { return time.Now() }
 

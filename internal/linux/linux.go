@@ -42,6 +42,16 @@ func Wait4(pid int, ws *unix.WaitStatus, options int) (int, error) {
 	return wpid, err
 }
 
+// Kill is kill(2): one process (pid > 0), a process group (pid < 0), or
+// every process the caller may signal (pid -1). kill does not fail with
+// EINTR.
+func Kill(pid int, sig unix.Signal) error {
+	if err := unix.Kill(pid, sig); err != nil {
+		return os.NewSyscallError("kill", err)
+	}
+	return nil
+}
+
 // Read is read(2). EAGAIN from a non-blocking descriptor is wrapped like any
 // error; errors.Is(err, unix.EAGAIN) still finds it.
 func Read(fd int, p []byte) (int, error) {
