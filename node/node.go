@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -57,7 +58,7 @@ func Environ(environ []string, pathOverride, dir string) []string {
 	} else {
 		path += string(filepath.ListSeparator) + bin
 	}
-	return setenv(environ, "PATH", path)
+	return Setenv(environ, "PATH", path)
 }
 
 // Executor is the executor's command: the configured program and arguments
@@ -72,9 +73,9 @@ func Environ(environ []string, pathOverride, dir string) []string {
 // deprecated in favour of its configuration file: setting cgroupRoot there,
 // or in a --config-dir drop-in, avoids both the flag and the warning).
 func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig) Command {
-	cmd := Command{Path: c.Executor.Path, Args: append([]string(nil), c.Executor.Args...), Env: env}
+	cmd := Command{Path: c.Executor.Path, Args: append([]string(nil), c.Executor.Args...), Env: slices.Clone(env)}
 	if ct.ID != "" {
-		cmd.Env = setenv(env, containerIDEnv, ct.ID)
+		cmd.Env = Setenv(env, containerIDEnv, ct.ID)
 	}
 	if c.Executor.ContainPodResources && ct.Cgroup != "" && ct.Cgroup != "/" {
 		if _, own := OwnCgroupRoot(cmd.Args, kc); own == "" {
@@ -149,7 +150,7 @@ func Proxy(c *config.Config, env []string) Command {
 	if p.HostnameOverride != "" {
 		arg("hostname-override", strings.ToLower(p.HostnameOverride))
 	}
-	return Command{Path: p.Path, Args: append(args, p.Args...), Env: env}
+	return Command{Path: p.Path, Args: append(args, p.Args...), Env: slices.Clone(env)}
 }
 
 // executorNodeIP is the node's IP as the executor (the kubelet) is told it:
@@ -214,8 +215,9 @@ func getenv(env []string, key string) string {
 	return v
 }
 
-// setenv returns a copy of env with every key=... replaced by one key=value.
-func setenv(env []string, key, value string) []string {
+// Setenv returns a copy of env with key set to value, any earlier value
+// removed; env itself is not changed.
+func Setenv(env []string, key, value string) []string {
 	out := make([]string, 0, len(env)+1)
 	for _, kv := range env {
 		if !strings.HasPrefix(kv, key+"=") {

@@ -297,3 +297,18 @@ func TestGetenvReadsTheCommandsEnvironment(t *testing.T) {
 		t.Errorf("NONE = %q", got)
 	}
 }
+
+// Each command owns its environment: changing the executor's in place
+// leaves the proxy's, built from the same slice, as it was.
+func TestCommandsOwnTheirEnvironment(t *testing.T) {
+	c := cfg(func(*config.Config) {})
+	env := []string{"PATH=/usr/bin", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/run/dbus/system_bus_socket"}
+	exe, proxy := Executor(c, env, Container{}, KubeletConfig{}), Proxy(c, env)
+	exe.Env[1] = "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/run/nodeinit-bus/system_bus_socket"
+	if proxy.Env[1] != env[1] || env[1] != "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/run/dbus/system_bus_socket" {
+		t.Errorf("a change to the executor's environment reached the proxy's %q or the caller's %q", proxy.Env, env)
+	}
+	if got := Setenv(env, "PATH", "/bin"); got[len(got)-1] != "PATH=/bin" || env[0] != "PATH=/usr/bin" {
+		t.Errorf("Setenv = %q, changed its input to %q", got, env)
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -145,9 +144,8 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 		drain.wire(&sc, delay)
 		// The executor alone: the proxy has no node to drain. Any bus
 		// address it had is replaced: its D-Bus library takes the first.
-		sc.Executor.Env = append(slices.DeleteFunc(sc.Executor.Env, func(kv string) bool {
-			return strings.HasPrefix(kv, busEnv+"=")
-		}), env)
+		key, addr, _ := strings.Cut(env, "=")
+		sc.Executor.Env = node.Setenv(sc.Executor.Env, key, addr)
 	}
 	code = supervisor.New(sc).Run()
 	// STOPPING=1 goes out before nodeinit does, within a bound.
