@@ -15,8 +15,8 @@ import (
 
 // carryEnv is the environment variable in which a nodeinit that re-executes
 // itself (to enter a private mount namespace) tells the new image what it
-// knew of signals: which were ignored when it started, and which TERM or INT
-// it caught before the re-exec. The re-executed nodeinit removes it before
+// knew of signals: which were ignored when it started, and which stop
+// signals (TERM, INT, PWR, SIGRTMIN+3) it caught before the re-exec. The re-executed nodeinit removes it before
 // anything can start a child.
 const carryEnv = "NODEINIT_SIGNALS"
 
@@ -24,7 +24,7 @@ const carryEnv = "NODEINIT_SIGNALS"
 type Carried struct {
 	Valid   bool // the variable was there: this process is the re-executed one
 	Ignored []syscall.Signal
-	// Pending is a set, TERM or INT at most once each: the kernel too
+	// Pending is a set, each Stop signal at most once: the kernel too
 	// holds a standard signal pending once, however often it was sent,
 	// and a TERM can have reached both of ForExec's channels.
 	Pending []syscall.Signal
@@ -66,7 +66,7 @@ func TakeCarried() (Carried, error) {
 }
 
 // ForExec prepares the process for re-executing itself and returns the
-// CarryEnv entry for the new image's environment. Every TERM or INT sent
+// CarryEnv entry for the new image's environment. Every stop signal sent
 // before it was called is passed on as pending, so the executor still gets
 // it. Such a signal is in one of three places: still pending in the kernel
 // (no thread has taken it yet, which on a busy machine can last
@@ -76,8 +76,8 @@ func TakeCarried() (Carried, error) {
 // (signal.Stop does), keeping them caught meanwhile on a second channel.
 // What it found is carried as a set: one TERM and one INT at most.
 //
-// From then until the execve, TERM and INT are ignored rather than left to
-// their default action: one that arrives then is lost, never fatal. INT
+// From then until the execve, the stop signals are ignored rather than left
+// to their default action: one that arrives then is lost, never fatal. INT
 // stays ignored in the new image until CatchTerminating catches it (the Go
 // runtime keeps an inherited SIG_IGN for HUP and INT). TERM does not: the
 // new image's runtime installs its own handler for it as it starts, before
@@ -91,14 +91,14 @@ func TakeCarried() (Carried, error) {
 // on every thread and installs its handler before package init). The
 // container's runtime sees nodeinit exit, and nothing is left running.
 func (s *Set) ForExec() string {
-	terminating := s.wanted(unix.SIGTERM, unix.SIGINT)
+	terminating := s.wanted(Stop...)
 	pending := takeKernelPending(terminating)
 	hold := make(chan os.Signal, cap(s.Terminating))
 	if len(terminating) > 0 { // Notify with no signal would catch them all
 		signal.Notify(hold, terminating...)
 	}
 	signal.Stop(s.Terminating)
-	signal.Ignore(unix.SIGTERM, unix.SIGINT)
+	signal.Ignore(terminating...)
 	for _, c := range []chan os.Signal{s.Terminating, hold} {
 		for drained := false; !drained; {
 			select {

@@ -40,8 +40,8 @@ type Route int
 const (
 	// Reap: collect every child that ended (SIGCHLD).
 	Reap Route = iota
-	// Terminate: pass it to the executor's process group and start the
-	// grace period (TERM, INT).
+	// Terminate: stop the node: pass TERM (INT as INT) to the executor's
+	// process group and start the grace period (see Stop).
 	Terminate
 	// Both: pass it to the executor's and the proxy's process groups (HUP).
 	Both
@@ -56,7 +56,7 @@ func RouteOf(sig syscall.Signal) Route {
 	switch sig {
 	case unix.SIGCHLD:
 		return Reap
-	case unix.SIGTERM, unix.SIGINT:
+	case unix.SIGTERM, unix.SIGINT, unix.SIGPWR, sigRTMin3:
 		return Terminate
 	case unix.SIGHUP:
 		return Both
@@ -64,6 +64,25 @@ func RouteOf(sig syscall.Signal) Route {
 		return Status
 	}
 	return Executor
+}
+
+// sigRTMin3 is SIGRTMIN+3 as glibc, systemd, podman and Docker number it
+// (glibc's SIGRTMIN is 34): the stop signal of systemd-style images.
+const sigRTMin3 syscall.Signal = 37
+
+// Stop are the signals that stop the node: TERM and INT, and the stop
+// signals of other runtimes, which a Go kubelet ignores: PWR (LXC and Incus
+// halt a container with it) and SIGRTMIN+3 (systemd's, the STOPSIGNAL of
+// systemd-style node images). The executor gets each as ForExecutor says.
+var Stop = []syscall.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGPWR, sigRTMin3}
+
+// ForExecutor is the signal a stop signal is passed on as: INT stays INT
+// (a kubelet handles both), PWR and SIGRTMIN+3 become TERM.
+func ForExecutor(sig syscall.Signal) syscall.Signal {
+	if sig == unix.SIGINT {
+		return sig
+	}
+	return unix.SIGTERM
 }
 
 // Kept are the signals nodeinit never catches: they cannot be caught
@@ -122,10 +141,11 @@ type Set struct {
 	rest chan struct{} // closed once CatchBeforeFork has caught its signals
 }
 
-// CatchTerminating catches TERM and INT at once, unless they were ignored
-// at start: it is the first thing nodeinit does, so that a TERM sent while
-// it starts is kept for the executor instead of ending nodeinit by the Go
-// runtime's default. carried is what a re-exec passed on (see ForExec).
+// CatchTerminating catches the Stop signals at once, unless they were
+// ignored at start: it is the first thing nodeinit does, so that a TERM
+// sent while it starts is kept for the executor instead of ending nodeinit
+// by the Go runtime's default, and a stop signal of another runtime is not
+// ignored by it. carried is what a re-exec passed on (see ForExec).
 func CatchTerminating(carried Carried) *Set {
 	s := &Set{
 		Child:       make(chan os.Signal, 1),
@@ -138,10 +158,10 @@ func CatchTerminating(carried Carried) *Set {
 	} else {
 		s.IgnoredAtStart = ignoredNow()
 	}
-	if t := s.wanted(unix.SIGTERM, unix.SIGINT); len(t) > 0 { // Notify with none would catch all
+	if t := s.wanted(Stop...); len(t) > 0 { // Notify with none would catch all
 		signal.Notify(s.Terminating, t...)
 	}
-	// Pending is a set of at most two, far below the channel's capacity;
+	// Pending is a set of at most four, below the channel's capacity;
 	// the refill never blocks all the same: PID 1 must not hang on what
 	// its environment says.
 	for _, sig := range carried.Pending {

@@ -22,7 +22,8 @@ func TestEveryCatchableSignalHasARoute(t *testing.T) {
 		t.Errorf("%d caught + %d kept, want all %d signals", len(caught), len(Kept), lastSignal)
 	}
 	want := map[syscall.Signal]Route{
-		unix.SIGCHLD: Reap, unix.SIGTERM: Terminate, unix.SIGINT: Terminate, unix.SIGHUP: Both, unix.SIGUSR1: Status,
+		unix.SIGCHLD: Reap, unix.SIGTERM: Terminate, unix.SIGINT: Terminate, unix.SIGPWR: Terminate, 37: Terminate,
+		unix.SIGHUP: Both, unix.SIGUSR1: Status,
 		unix.SIGQUIT: Executor, unix.SIGSEGV: Executor, unix.SIGABRT: Executor, unix.SIGPIPE: Executor,
 		unix.SIGTSTP: Executor, unix.SIGTTIN: Executor, unix.SIGCONT: Executor, unix.SIGWINCH: Executor, 64: Executor,
 	}

@@ -7,7 +7,8 @@
 // The phases of a run (docs/design.md, "The shutdown"; rule 8 bounds them):
 //
 //	running      the executor runs; the proxy is respawned with backoff
-//	draining     a TERM or INT came and a Drainer drains the node first
+//	draining     a stop signal (TERM, INT, PWR, SIGRTMIN+3) came and a
+//	             Drainer drains the node first
 //	stopping     the executor has the TERM or INT, and the grace period
 //	shutdown     the executor has ended: TERM to the proxy and the rest
 //	killing      the grace period is over: KILL to what is left, again
@@ -245,7 +246,7 @@ func (s *Supervisor) step() {
 	}
 }
 
-// terminate handles TERM and INT: drain first when asked to, else pass it
+// terminate handles the stop signals: drain first when asked to, else pass it
 // to the executor and start its grace period.
 func (s *Supervisor) terminate(sig syscall.Signal) {
 	switch {
@@ -273,15 +274,21 @@ func (s *Supervisor) endDrain(why string) {
 	s.stopExecutor(s.pending)
 }
 
+// stopExecutor passes a stop signal on, as TERM or INT (signals.ForExecutor).
 func (s *Supervisor) stopExecutor(sig syscall.Signal) {
+	fwd := signals.ForExecutor(sig)
 	// Passed on before it is logged: the log can wait.
-	s.signalTask(s.executor, sig)
+	s.signalTask(s.executor, fwd)
+	kv := []any{"signal", signals.Name(fwd)}
+	if fwd != sig {
+		kv = append(kv, "received", signals.Name(sig))
+	}
 	if s.phase >= shutdown {
-		s.signalTask(s.proxy, sig)
-		klog.InfoS("Forwarded signal to the proxy", "signal", signals.Name(sig))
+		s.signalTask(s.proxy, fwd)
+		klog.InfoS("Forwarded signal to the proxy", kv...)
 		return
 	}
-	klog.InfoS("Forwarded signal to the executor", "signal", signals.Name(sig))
+	klog.InfoS("Forwarded signal to the executor", kv...)
 	if s.executor.state == stateRunning && !s.graceArmed {
 		// The grace period runs from the first TERM; more do not extend it.
 		s.phase, s.graceArmed = stopping, true
@@ -289,7 +296,7 @@ func (s *Supervisor) stopExecutor(sig syscall.Signal) {
 	}
 }
 
-// handle routes every caught signal but CHLD, TERM and INT.
+// handle routes every caught signal but CHLD and the stop signals.
 func (s *Supervisor) handle(sig syscall.Signal) {
 	switch signals.RouteOf(sig) {
 	case signals.Both:

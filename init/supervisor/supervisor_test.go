@@ -273,12 +273,33 @@ func TestAnExecutorThatEndsLateGivesItsStatus(t *testing.T) {
 	}
 }
 
+// The stop signals of other runtimes (PWR from LXC and Incus, SIGRTMIN+3
+// from systemd-style images) stop the node as TERM does, drain first
+// included, and reach the executor as TERM, which a Go kubelet handles.
+func TestPwrAndRtmin3StopTheNodeAsTerm(t *testing.T) {
+	for _, sig := range []syscall.Signal{unix.SIGPWR, 37} {
+		t.Run(signals.Name(sig), func(t *testing.T) {
+			d := &fakeDrainer{drained: make(chan struct{})}
+			h := newHarness(t, func(c *Config) { c.Drain, c.DrainTimeout = d, time.Minute })
+			proxy, executor := h.pid(0), h.pid(1)
+			h.signal(sig)
+			h.wantPhase(draining)
+			h.wantSent("")
+			close(d.drained)
+			h.s.step()
+			h.wantSent(fmt.Sprintf("TERM>-%d", executor))
+			h.exit(executor, exitCode(0))
+			h.wantSent(fmt.Sprintf("TERM>-%d TERM>rest", proxy))
+		})
+	}
+}
+
 func TestSignalsAreRoutedByTheTable(t *testing.T) {
 	h := newHarness(t, nil)
 	proxy, executor := h.pid(0), h.pid(1)
 	h.signal(unix.SIGHUP)
 	h.wantSent(fmt.Sprintf("HUP>-%d HUP>-%d", executor, proxy))
-	for _, sig := range []syscall.Signal{unix.SIGQUIT, unix.SIGUSR2, unix.SIGWINCH, unix.SIGSEGV, unix.SIGCONT, unix.SIGTSTP, unix.SIGPWR, 40} {
+	for _, sig := range []syscall.Signal{unix.SIGQUIT, unix.SIGUSR2, unix.SIGWINCH, unix.SIGSEGV, unix.SIGCONT, unix.SIGTSTP, 40} {
 		h.signal(sig)
 		h.wantSent(fmt.Sprintf("%s>-%d", signals.Name(sig), executor))
 	}

@@ -270,7 +270,7 @@ func TestTheReadmeSignalTableMatchesTheCode(t *testing.T) {
 		}
 	}
 	for what, sigs := range map[string][]syscall.Signal{
-		"reaped": {unix.SIGCHLD}, "status": {unix.SIGUSR1}, "graceful": {unix.SIGTERM, unix.SIGINT}, "both": {unix.SIGHUP},
+		"reaped": {unix.SIGCHLD}, "status": {unix.SIGUSR1}, "graceful": {unix.SIGTERM, unix.SIGINT, unix.SIGPWR, 37}, "both": {unix.SIGHUP},
 	} {
 		r := row(what)
 		for _, sig := range sigs {

@@ -100,3 +100,22 @@ func TestTheHelpSaysEverySignalIsPassedOn(t *testing.T) {
 		t.Errorf("--help:\n%s", out)
 	}
 }
+
+// The stop signals of other runtimes — PWR (LXC, Incus) and SIGRTMIN+3
+// (systemd-style images) — stop the node as TERM does: the drain first,
+// then TERM to the executor, which as a Go program would ignore either.
+func TestPwrAndRtmin3StopTheNodeLikeTerm(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGPWR, 37} {
+		t.Run(strconv.Itoa(int(sig)), func(t *testing.T) {
+			i, rec := drainNode(t, asSubreaper, 200*time.Millisecond, "--graceful-node-shutdown-delay=20s")
+			i.Signal(sig)
+			if code := i.Wait(10 * time.Second); code != 0 {
+				t.Fatalf("exit %d, want the executor's 0; log:\n%s", code, i.Log())
+			}
+			if got := testenv.ReadRecord(t, rec).Signals(); got != "INHIBIT,PREPARE,RELEASED,TERM" {
+				t.Errorf("the executor saw %s, want INHIBIT,PREPARE,RELEASED,TERM", got)
+			}
+			i.WaitForLog(time.Second, 'I', "Forwarded signal to the executor", `signal="TERM"`, "received=")
+		})
+	}
+}
