@@ -51,15 +51,15 @@ func TestSignalStormThenGracefulShutdown(t *testing.T) {
 		// storm's HUP, USR1, USR2 and WINCH, and os/signal drops a signal
 		// whose queue is full: it is sent again until it gets through.
 		lastSent := time.Time{}
-		testenv.WaitFor(t, 15*time.Second, "PWR passed on after the storm", func() bool {
+		testenv.WaitFor(t, 15*time.Second, "VTALRM passed on after the storm", func() bool {
 			if !i.Running() {
 				t.Fatalf("nodeinit died in the storm; log:\n%s", testenv.Tail(i.Log(), 10))
 			}
 			if time.Since(lastSent) > 100*time.Millisecond {
-				i.Signal(syscall.SIGPWR)
+				i.Signal(syscall.SIGVTALRM)
 				lastSent = time.Now()
 			}
-			return strings.Contains(recorded(ex+".rec"), "PWR")
+			return strings.Contains(recorded(ex+".rec"), "VTALRM")
 		})
 		i.Signal(syscall.SIGTERM)
 		if got := i.Wait(15 * time.Second); got != 6 {
