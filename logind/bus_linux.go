@@ -55,6 +55,10 @@ type Options struct {
 	// goroutines, possibly several at once, and may take its time: no
 	// caller of the Bus waits for it.
 	Allow func(unix.Ucred) bool
+	// ConfigRoot is the root under which logind's configuration
+	// (etc/systemd/logind.conf and the logind.conf.d drop-ins) is read
+	// when a client reloads logind; "" is "/".
+	ConfigRoot string
 }
 
 // Bus is a listening bus. Its methods may be called from any goroutine and
@@ -65,6 +69,7 @@ type Bus struct {
 	ln     *net.UnixListener
 	guid   string
 	serial atomic.Uint32
+	logind *logindState // the delay in force, changed by a reload
 
 	wg   sync.WaitGroup // every goroutine of the bus
 	done chan struct{}  // closed by Close
@@ -119,6 +124,7 @@ func newBus(path string, opts Options) *Bus {
 	return &Bus{
 		path:       path,
 		opts:       opts,
+		logind:     newLogindState(opts),
 		guid:       fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
 		done:       make(chan struct{}),
 		conns:      make(map[*conn]struct{}),

@@ -257,7 +257,7 @@ func TestUnexpectedCallsGetADBusErrorAndTheConnectionStays(t *testing.T) {
 		{"GetAll", logind, propertiesIface + ".GetAll", []any{managerIface}, errUnknownMethod},
 		{"another object", conn.Object(logindName, "/org/freedesktop/login1/session/self"), propertiesIface + ".Get", []any{"org.freedesktop.login1.Session", "Id"}, errUnknownObject},
 		{"another service", conn.Object("org.example.Nobody", "/"), "org.example.Nobody.Hi", nil, errServiceUnknown},
-		{"systemd", conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1"), "org.freedesktop.systemd1.Manager.KillUnit", []any{"systemd-logind.service", "all", int32(1)}, errServiceUnknown},
+		{"systemd", conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1"), "org.freedesktop.systemd1.Manager.KillUnit", []any{"containerd.service", "all", int32(1)}, errNoSuchUnit},
 		{"a second Hello", conn.BusObject(), busName + ".Hello", nil, errFailed},
 		{"a bus method it does not offer", conn.BusObject(), busName + ".ListNames", nil, errUnknownMethod},
 		{"another bus interface", conn.BusObject(), "org.freedesktop.DBus.Peer.Ping", nil, errUnknownMethod},

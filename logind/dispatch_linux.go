@@ -75,6 +75,8 @@ func (c *conn) handle(m *dbus.Message) error {
 		c.busMethod(in)
 	case logindName:
 		c.logindMethod(in)
+	case systemdName:
+		c.systemdMethod(in, false)
 	default:
 		// What a bus answers for a name nobody owns and nothing can start:
 		// the kubelet's KillUnit to org.freedesktop.systemd1 ends here.
@@ -190,7 +192,7 @@ func (c *conn) getProperty(in *call) {
 	case prop != "InhibitDelayMaxUSec":
 		c.fail(in, logindName, &callError{errUnknownProperty, fmt.Sprintf("Unknown property '%s': this logind offers only InhibitDelayMaxUSec.", prop)})
 	default:
-		usec := uint64(c.bus.opts.InhibitDelayMax.Microseconds())
+		usec := uint64(c.bus.InhibitDelayMax().Microseconds())
 		c.reply(in, logindName, dbus.MakeVariant(usec))
 	}
 }

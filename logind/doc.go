@@ -16,10 +16,20 @@
 //     on /org/freedesktop/login1, answered from Options.InhibitDelayMax. If it
 //     is shorter than the kubelet's shutdownGracePeriod (the sum of its
 //     grace periods by pod priority), the kubelet writes
-//     /etc/systemd/logind.conf.d/99-kubelet.conf and asks
-//     org.freedesktop.systemd1 to KillUnit logind with SIGHUP; that name has
-//     no owner here, the call fails (ServiceUnknown) and the kubelet gives
-//     the feature up for good — so the option must be at least that period;
+//     /etc/systemd/logind.conf.d/99-kubelet.conf (InhibitDelayMaxSec=N) and
+//     asks org.freedesktop.systemd1 to KillUnit systemd-logind.service with
+//     SIGHUP, then reads the property again: lower than it asked for, it
+//     gives the feature up for good. The bus answers that KillUnit as
+//     systemd and logind together: it re-reads InhibitDelayMaxSec from
+//     logind.conf and its drop-ins under Options.ConfigRoot, in systemd's
+//     order (the first logind.conf of /etc/systemd, /run/systemd,
+//     /usr/local/lib/systemd, /usr/lib/systemd; then every
+//     logind.conf.d/*.conf of those, sorted by file name, /etc's hiding
+//     the same name further down, a link to /dev/null masking it), starting
+//     from Options.InhibitDelayMax as logind starts from its defaults, and
+//     replies only then, so that the kubelet's next read sees the new
+//     delay. InhibitDelayMax and PrepareForShutdownWithinDelay follow it.
+//     Another unit is NoSuchUnit, another signal to logind NotSupported;
 //  3. calls Inhibit("shutdown", "kubelet", why, "delay") and keeps the unix fd
 //     it gets: the write end of a pipe whose read end the bus watches;
 //  4. adds the match rule for PrepareForShutdown and waits.
@@ -29,7 +39,8 @@
 // ends its pods by priority within their grace periods and closes its fd;
 // the channel PrepareForShutdown returned is closed when the last delay lock
 // is gone, and nodeinit goes on to TERM the executor. nodeinit bounds that
-// wait with InhibitDelayMax, as logind does.
+// wait with the delay in force, as logind does
+// (PrepareForShutdownWithinDelay); a reload sets at most MaxInhibitDelay.
 //
 // The kubelet takes its first lock when it starts; if the bus is not there
 // then, it never tries again (it reconnects every second only after a

@@ -131,21 +131,6 @@ func TestKubeletTakesADelayLockAndReleasesItAfterPrepareForShutdown(t *testing.T
 	waitFor(t, conn.Context().Done(), "the shared connection closed")
 }
 
-// With a delay shorter than the kubelet's shutdownGracePeriod, the kubelet
-// asks systemd to reload logind; nobody owns that name here, and the call
-// fails as it would on a bus without systemd.
-func TestKubeletsReloadOfLogindFails(t *testing.T) {
-	b := listen(t, Options{})
-	k := kubelet{connect(t, b)}
-	delay, err := k.currentInhibitDelay()
-	if err != nil || delay != DefaultInhibitDelayMax {
-		t.Fatalf("InhibitDelayMaxUSec = %v, %v; want the default %v", delay, err, DefaultInhibitDelayMax)
-	}
-	if err := k.reloadLogindConf(); dbusErrorName(err) != errServiceUnknown {
-		t.Errorf("KillUnit: %v, want %s", err, errServiceUnknown)
-	}
-}
-
 func dbusErrorName(err error) string {
 	var e dbus.Error
 	if errors.As(err, &e) {
