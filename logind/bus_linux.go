@@ -253,7 +253,7 @@ func (b *Bus) PrepareForShutdown() <-chan struct{} {
 	ch := b.drained
 	b.mu.Unlock()
 
-	sig := newSignal(logindName, logindPath, managerIface, "PrepareForShutdown", true)
+	sig := newSignal(logindOwner, logindPath, managerIface, "PrepareForShutdown", true)
 	data, _, err := encodeMessage(sig, b.nextSerial())
 	if err != nil {
 		// A constant message: this cannot fail short of a bug.
@@ -262,7 +262,7 @@ func (b *Bus) PrepareForShutdown() <-chan struct{} {
 	}
 	sent := 0
 	for _, c := range conns {
-		if c.wants(sig, logindName) && c.enqueue(outgoing{data: data}) {
+		if c.wants(sig, logindOwner) && c.enqueue(outgoing{data: data}) {
 			sent++
 		}
 	}

@@ -73,8 +73,13 @@ func (c *conn) handle(m *dbus.Message) error {
 	switch in.dest {
 	case busName:
 		c.busMethod(in)
-	case logindName:
-		c.logindMethod(in)
+	case logindName, logindOwner:
+		if in.path == string(systemdPath) {
+			// logind's unique name owns systemd's name too.
+			c.systemdMethod(in, false)
+		} else {
+			c.logindMethod(in)
+		}
 	case systemdName:
 		c.systemdMethod(in, false)
 	default:
@@ -101,6 +106,9 @@ func (c *conn) hello(in *call) {
 // busMethod answers the bus's own interface: Hello, AddMatch, RemoveMatch.
 // A client of this bus needs no other; the rest is answered UnknownMethod.
 func (c *conn) busMethod(in *call) {
+	if c.commonMethod(in, busName, busIntro) {
+		return
+	}
 	if in.iface != "" && in.iface != busName {
 		c.fail(in, busName, unknownMethod(in))
 		return
@@ -125,7 +133,9 @@ func (c *conn) busMethod(in *call) {
 			c.removeMatch(in, rule)
 		}
 	default:
-		c.fail(in, busName, unknownMethod(in))
+		if !c.nameMethod(in) {
+			c.fail(in, busName, unknownMethod(in))
+		}
 	}
 }
 
@@ -165,8 +175,11 @@ func (c *conn) removeMatch(in *call, rule matchRule) {
 // the property InhibitDelayMaxUSec and Inhibit. A call without an
 // interface is matched by its member alone, as the specification allows.
 func (c *conn) logindMethod(in *call) {
+	if c.commonMethod(in, logindOwner, logindIntro) || c.logindProperties(in) {
+		return
+	}
 	if in.path != string(logindPath) {
-		c.fail(in, logindName, &callError{errUnknownObject, fmt.Sprintf("Unknown object '%s'.", in.path)})
+		c.fail(in, logindOwner, &callError{errUnknownObject, fmt.Sprintf("Unknown object '%s'.", in.path)})
 		return
 	}
 	switch {
@@ -175,25 +188,25 @@ func (c *conn) logindMethod(in *call) {
 	case in.member == "Inhibit" && (in.iface == managerIface || in.iface == ""):
 		c.inhibit(in)
 	default:
-		c.fail(in, logindName, unknownMethod(in))
+		c.fail(in, logindOwner, unknownMethod(in))
 	}
 }
 
 func (c *conn) getProperty(in *call) {
 	if e := wantSignature(in, "ss"); e != nil {
-		c.fail(in, logindName, e)
+		c.fail(in, logindOwner, e)
 		return
 	}
 	iface, _ := in.msg.Body[0].(string)
 	prop, _ := in.msg.Body[1].(string)
 	switch {
 	case iface != managerIface && iface != "":
-		c.fail(in, logindName, &callError{errUnknownInterface, fmt.Sprintf("Unknown interface '%s'.", iface)})
+		c.fail(in, logindOwner, &callError{errUnknownInterface, fmt.Sprintf("Unknown interface '%s'.", iface)})
 	case prop != "InhibitDelayMaxUSec":
-		c.fail(in, logindName, &callError{errUnknownProperty, fmt.Sprintf("Unknown property '%s': this logind offers only InhibitDelayMaxUSec.", prop)})
+		c.fail(in, logindOwner, &callError{errUnknownProperty, fmt.Sprintf("Unknown property '%s': this logind offers only InhibitDelayMaxUSec.", prop)})
 	default:
 		usec := uint64(c.bus.InhibitDelayMax().Microseconds())
-		c.reply(in, logindName, dbus.MakeVariant(usec))
+		c.reply(in, logindOwner, dbus.MakeVariant(usec))
 	}
 }
 
@@ -201,7 +214,7 @@ func (c *conn) getProperty(in *call) {
 // pipe that holds a shutdown delay lock while it is open.
 func (c *conn) inhibit(in *call) {
 	if e := wantSignature(in, "ssss"); e != nil {
-		c.fail(in, logindName, e)
+		c.fail(in, logindOwner, e)
 		return
 	}
 	args := make([]string, 4)
@@ -210,19 +223,19 @@ func (c *conn) inhibit(in *call) {
 	}
 	what, who, why, mode := args[0], args[1], args[2], args[3]
 	if e := checkInhibit(what, mode); e != nil {
-		c.fail(in, logindName, e)
+		c.fail(in, logindOwner, e)
 		return
 	}
 	if !c.unixFD {
-		c.fail(in, logindName, &callError{errNotSupported, "Inhibit returns a file descriptor, and this connection did not negotiate unix fd passing"})
+		c.fail(in, logindOwner, &callError{errNotSupported, "Inhibit returns a file descriptor, and this connection did not negotiate unix fd passing"})
 		return
 	}
 	fd, e := c.bus.inhibit(c.cred, who, why)
 	if e != nil {
-		c.fail(in, logindName, e)
+		c.fail(in, logindOwner, e)
 		return
 	}
-	c.reply(in, logindName, dbus.UnixFD(fd))
+	c.reply(in, logindOwner, dbus.UnixFD(fd))
 }
 
 // inhibitWhat is every lock type logind knows, for telling a request this

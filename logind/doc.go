@@ -71,9 +71,23 @@
 // InvalidArgs, ServiceUnknown, NotSupported for lock types nodeinit does
 // not offer) and logged, and nothing a client sends can crash or block
 // nodeinit: input that breaks the message format ends that connection, as
-// the specification asks. Signals from logind name org.freedesktop.login1
-// as their sender where a real bus would name logind's unique name: here
-// logind and the bus are one, and godbus does not filter on the sender.
+// the specification asks.
+//
+// Other clients than the kubelet ask the bus more first: python-dbus's
+// get_object binds its proxy to the unique name GetNameOwner gives and
+// introspects, GIO's proxies read GetAll and drop a signal whose sender is
+// not the name's unique owner. So logind has a unique name of its own,
+// ":1.0" (connections get ":1.1" on), which GetNameOwner gives for
+// org.freedesktop.login1 (and org.freedesktop.systemd1), which replies and
+// PrepareForShutdown carry as their sender, and which a match rule for
+// sender='org.freedesktop.login1' matches, as on a real bus. The bus
+// answers GetNameOwner, NameHasOwner, ListNames, ListActivatableNames,
+// GetId, StartServiceByName (for its own names), RequestName (refused:
+// AccessDenied, as the system bus's policy refuses it, or InvalidArgs),
+// ReleaseName, Introspectable.Introspect (the bus; logind's objects from /
+// down to /org/freedesktop/login1), Peer.Ping and Peer.GetMachineId (from
+// etc/machine-id under Options.ConfigRoot), and Properties.GetAll and Set
+// (read-only) on logind's manager.
 //
 // Nothing blocks nodeinit's PID-1 loop: Listen, Address, PrepareForShutdown,
 // Status and Close return at once (Close waits at most a second for the

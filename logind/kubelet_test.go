@@ -97,9 +97,9 @@ func TestKubeletTakesADelayLockAndReleasesItAfterPrepareForShutdown(t *testing.T
 	drained := b.PrepareForShutdown()
 	select {
 	case sig := <-events:
-		if sig.Name != "org.freedesktop.login1.Manager.PrepareForShutdown" || sig.Path != logindPath || sig.Sender != logindName ||
+		if sig.Name != "org.freedesktop.login1.Manager.PrepareForShutdown" || sig.Path != logindPath || sig.Sender != logindOwner ||
 			len(sig.Body) != 1 || sig.Body[0] != true {
-			t.Errorf("got signal %+v, want PrepareForShutdown(true) from %s on %s", sig, logindName, logindPath)
+			t.Errorf("got signal %+v, want PrepareForShutdown(true) from %s on %s", sig, logindOwner, logindPath)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no PrepareForShutdown signal within 10s")
