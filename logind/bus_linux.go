@@ -59,6 +59,10 @@ type Options struct {
 	// (etc/systemd/logind.conf and the logind.conf.d drop-ins) is read
 	// when a client reloads logind; "" is "/".
 	ConfigRoot string
+	// Upstream is the D-Bus address of the system bus to pass through to
+	// (UpstreamAddress): every call not for logind and not answered by
+	// the bus itself goes there. "" means none.
+	Upstream string
 }
 
 // Bus is a listening bus. Its methods may be called from any goroutine and

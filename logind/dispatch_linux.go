@@ -43,18 +43,27 @@ type callError struct{ name, text string }
 type call struct {
 	msg                            *dbus.Message
 	dest, path, iface, member, sig string
+	// fds are the descriptors the message carried: closed once it is
+	// answered, unless it went on to the system bus with them.
+	fds []int
 }
 
 // handle answers one message from the peer. An error ends the connection.
 func (c *conn) handle(m *dbus.Message) error {
+	fds, err := c.takeFDs(m)
+	if err != nil {
+		return err
+	}
 	in := &call{
 		msg:    m,
+		fds:    fds,
 		dest:   header(m, dbus.FieldDestination),
 		path:   header(m, dbus.FieldPath),
 		iface:  header(m, dbus.FieldInterface),
 		member: header(m, dbus.FieldMember),
 		sig:    header(m, dbus.FieldSignature),
 	}
+	defer func() { closeFDs(in.fds) }()
 	if c.name == "" {
 		// The specification: a connection's first message is Hello, or
 		// the bus disconnects it.
@@ -66,7 +75,11 @@ func (c *conn) handle(m *dbus.Message) error {
 	}
 	if m.Type != dbus.TypeMethodCall {
 		// Replies and errors answer nothing this bus asked, and a signal
-		// from a client has nobody here to go to.
+		// from a client has nobody here to go to: they are for the system
+		// bus, where there is one.
+		if c.passesThrough() && c.forward(in, plainReply) {
+			return nil
+		}
 		klog.V(2).InfoS("Ignored a D-Bus message", "pid", c.cred.Pid, "type", m.Type.String(), "interface", in.iface, "member", in.member)
 		return nil
 	}
@@ -81,11 +94,18 @@ func (c *conn) handle(m *dbus.Message) error {
 			c.logindMethod(in)
 		}
 	case systemdName:
-		c.systemdMethod(in, false)
+		if !c.systemdMethod(in, c.passesThrough()) {
+			c.forwardOrFail(in)
+		}
 	default:
-		// What a bus answers for a name nobody owns and nothing can start:
-		// the kubelet's KillUnit to org.freedesktop.systemd1 ends here.
-		c.fail(in, busName, &callError{errServiceUnknown, fmt.Sprintf("The name %s was not provided by any .service files", in.dest)})
+		// The system bus's, where there is one; else what a bus answers
+		// for a name nobody owns and nothing can start. This bus does not
+		// route between its own clients.
+		if c.bus.localOwner(in.dest, true) != "" {
+			c.fail(in, busName, &callError{errServiceUnknown, fmt.Sprintf("The name %s was not provided by any .service files", in.dest)})
+		} else {
+			c.forwardOrFail(in)
+		}
 	}
 	return nil
 }
@@ -127,19 +147,23 @@ func (c *conn) busMethod(in *call) {
 			c.fail(in, busName, &callError{errMatchRuleInvalid, "Invalid match rule: " + err.Error()})
 			return
 		}
+		ok := false
 		if in.member == "AddMatch" {
-			c.addMatch(in, rule)
+			ok = c.addMatch(in, rule)
 		} else {
-			c.removeMatch(in, rule)
+			ok = c.removeMatch(in, rule)
+		}
+		if ok && c.passesThrough() {
+			c.forwardMatch(in)
 		}
 	default:
-		if !c.nameMethod(in) {
+		if !c.nameMethod(in) && !(c.passesThrough() && c.forward(in, plainReply)) {
 			c.fail(in, busName, unknownMethod(in))
 		}
 	}
 }
 
-func (c *conn) addMatch(in *call, rule matchRule) {
+func (c *conn) addMatch(in *call, rule matchRule) bool {
 	c.mu.Lock()
 	full := len(c.rules) >= maxRules
 	if !full {
@@ -148,12 +172,13 @@ func (c *conn) addMatch(in *call, rule matchRule) {
 	c.mu.Unlock()
 	if full {
 		c.fail(in, busName, &callError{errLimitsExceeded, fmt.Sprintf("Connection has %d match rules, the most it may have", maxRules)})
-		return
+		return false
 	}
 	c.reply(in, busName)
+	return true
 }
 
-func (c *conn) removeMatch(in *call, rule matchRule) {
+func (c *conn) removeMatch(in *call, rule matchRule) bool {
 	c.mu.Lock()
 	found := false
 	for i, r := range c.rules {
@@ -166,9 +191,10 @@ func (c *conn) removeMatch(in *call, rule matchRule) {
 	c.mu.Unlock()
 	if !found {
 		c.fail(in, busName, &callError{errMatchRuleNotFound, "The given match rule wasn't found and can't be removed"})
-		return
+		return false
 	}
 	c.reply(in, busName)
+	return true
 }
 
 // logindMethod answers what the kubelet asks of logind's manager object:

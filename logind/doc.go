@@ -104,8 +104,38 @@
 // and forwards them to the executor, that would be a signal of its own
 // making, delivered or forwarded whenever SIGPIPE is ever caught. With
 // MSG_NOSIGNAL the kernel raises none, and the write fails with EPIPE,
-// which ends that one connection. Reads are plain read(2): any fd a client
-// passes is closed by the kernel, since the bus has no use for one.
+// which ends that one connection. Reads are recvmsg(2): the descriptors a
+// client passes are held, at most 32, until the message that carries them
+// (its UNIX_FDS header field) is read, and closed once it is answered,
+// unless it goes on to the system bus with them.
+//
+// # The system bus behind it
+//
+// The executor's system bus is this one, so anything else it runs that
+// needs the container's own system bus (a kubelet with cgroupDriver:
+// systemd talks to systemd there) would break. With Options.Upstream (see
+// UpstreamAddress: DBUS_SYSTEM_BUS_ADDRESS of nodeinit's environment, else
+// /run/dbus/system_bus_socket) every message not for logind and not
+// answered by the bus itself passes through: each client connection gets
+// one connection to the system bus, opened when it first needs it (its
+// first AddMatch, or a call for a name this bus does not have),
+// authenticated as nodeinit, with unix fd passing when the client has it.
+// Calls and the client's replies and signals go up with their serials;
+// replies, errors, signals and calls come down with their destination
+// rewritten to the client's unique name here, the descriptors they carry
+// passed on. AddMatch and RemoveMatch hold here and are also sent up, with
+// no reply asked. GetNameOwner, NameHasOwner, StartServiceByName,
+// RequestName and ReleaseName of a name this bus does not have, ListNames
+// (with this bus's names added), ListActivatableNames and GetId go up;
+// KillUnit of logind's unit stays here, every other call to systemd goes
+// up. Signals of a logind up there are dropped: org.freedesktop.login1
+// here is nodeinit's. The queue up is bounded as a client's is, messages
+// coming down at 256 KiB, calls waiting for a reply at 256; an upstream
+// that fails or does not read ends only that client's pass-through: its
+// calls waiting get NoReply, later ones ServiceUnknown, and logind still
+// answers on the same connection. A kubelet configured for the systemd
+// cgroup driver where there is no system bus is refused at start
+// (RequireSystemBus).
 //
 // An inhibitor's pipe is made with O_CLOEXEC and its write end is closed in
 // nodeinit as soon as it is sent, so the lock's lifetime is the client's

@@ -110,7 +110,30 @@ func (b *Bus) localNames(upstream bool) []string {
 // nameMethod answers the bus's calls about names and itself. It reports
 // false for a call that is not one of them.
 func (c *conn) nameMethod(in *call) bool {
-	upstream := false
+	// With a system bus to pass through to, what is about its names, and
+	// the bus's own list and id, are the system bus's.
+	upstream := c.passesThrough()
+	if upstream {
+		name := ""
+		if len(in.msg.Body) > 0 {
+			name, _ = in.msg.Body[0].(string)
+		}
+		switch in.member {
+		case "GetNameOwner", "NameHasOwner", "StartServiceByName", "RequestName", "ReleaseName":
+			if c.bus.localOwner(name, true) == "" && c.forward(in, plainReply) {
+				return true
+			}
+		case "ListNames":
+			if c.forward(in, listNamesReply) {
+				return true
+			}
+		case "ListActivatableNames", "GetId":
+			if c.forward(in, plainReply) {
+				return true
+			}
+		}
+		upstream = c.passesThrough()
+	}
 	one := func() (string, bool) {
 		if e := wantSignature(in, "s"); e != nil {
 			c.fail(in, busName, e)

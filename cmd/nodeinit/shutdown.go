@@ -80,6 +80,12 @@ func shutdownDelay(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) t
 // once, when it starts.
 func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) (*nodeDrain, string, time.Duration, error) {
 	delay := shutdownDelay(gs, kubelet)
+	// The executor's system bus is nodeinit's: what is not for logind goes
+	// on to the container's own system bus, where it has one.
+	upstream, noBus := logind.UpstreamAddress(os.Getenv, "/")
+	if err := logind.RequireSystemBus(kubelet.CgroupDriver(), noBus); err != nil {
+		return nil, "", 0, err
+	}
 	dir, err := os.MkdirTemp(cmp.Or(runDir(), os.TempDir()), "nodeinit-bus-")
 	if err != nil {
 		return nil, "", 0, fmt.Errorf("make the login1 bus's directory: %w", err)
@@ -88,12 +94,18 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 	d.bus, err = logind.Listen(filepath.Join(dir, "system_bus_socket"), logind.Options{
 		InhibitDelayMax: delay,
 		Allow:           d.allow,
+		Upstream:        upstream,
 	})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, "", 0, err
 	}
 	klog.InfoS("Serving login1 to the executor for graceful node shutdown", "address", d.bus.Address(), "delay", delay)
+	if noBus == nil {
+		klog.InfoS("The executor's other D-Bus calls pass through to the container's system bus, as nodeinit's connection", "systemBus", upstream)
+	} else {
+		klog.InfoS("No system bus for the executor's other D-Bus calls: they get the errors of a bus without their names", "reason", noBus)
+	}
 	return d, busEnv + "=" + d.bus.Address(), delay, nil
 }
 
