@@ -46,8 +46,9 @@ type Options struct {
 	// longest a delay inhibitor may hold shutdown back, and so the longest
 	// the caller should wait for the channel PrepareForShutdown returns.
 	// The kubelet wants it at least as long as its shutdownGracePeriod
-	// (the sum of shutdownGracePeriodByPodPriority); shorter, it does not
-	// take a lock at all. Zero means DefaultInhibitDelayMax.
+	// (the sum of shutdownGracePeriodByPodPriority); shorter, it raises it
+	// with a logind drop-in and a reload (InhibitDelayMax is then the
+	// delay in force). Zero means DefaultInhibitDelayMax.
 	InhibitDelayMax time.Duration
 	// Allow decides, from the credentials the kernel gives for a new
 	// connection (SO_PEERCRED: pid, uid and gid at connect time), whether
