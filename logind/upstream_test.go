@@ -292,8 +292,10 @@ func TestAKubeletOnSystemdCgroupsNeedsASystemBus(t *testing.T) {
 }
 
 // The round trip of a call through the pass-through against the same call
-// straight to dbus-daemon.
-func TestPassThroughLatency(t *testing.T) {
+// straight to dbus-daemon: one more hop through nodeinit, decoded and
+// encoded twice, and no waiting of its own (a pass-through that waited
+// on a timer or a poll interval would be many times slower).
+func TestAPassedThroughCallCostsOneMoreHop(t *testing.T) {
 	address, _ := systemBus(t)
 	serveEcho(t, address)
 	b := listen(t, Options{Upstream: address})
@@ -314,9 +316,10 @@ func TestPassThroughLatency(t *testing.T) {
 		return time.Since(start) / n
 	}
 	d, p := round(direct), round(through)
-	t.Logf("a call's round trip: %v straight to dbus-daemon, %v through nodeinit's bus (%.2fx)", d, p, float64(p)/float64(d))
-	if !strings.Contains(b.Status(), "connections=1") {
-		t.Errorf("status %s", b.Status())
+	ratio := float64(p) / float64(d)
+	t.Logf("a call's round trip: %v straight to dbus-daemon, %v through nodeinit's bus (%.2fx)", d, p, ratio)
+	if ratio > 10 {
+		t.Errorf("a call through the pass-through takes %.1f times as long as one straight to dbus-daemon", ratio)
 	}
 }
 
