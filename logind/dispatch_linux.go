@@ -157,7 +157,7 @@ func (c *conn) busMethod(in *call) {
 			c.forwardMatch(in)
 		}
 	default:
-		if !c.nameMethod(in) && !(c.passesThrough() && c.forward(in, plainReply)) {
+		if !c.nameMethod(in) && !(upstreamBusMethods[in.member] && c.passesThrough() && c.forward(in, plainReply)) {
 			c.fail(in, busName, unknownMethod(in))
 		}
 	}

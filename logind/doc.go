@@ -126,7 +126,11 @@
 // passed on. AddMatch and RemoveMatch hold here and are also sent up, with
 // no reply asked. GetNameOwner, NameHasOwner, StartServiceByName,
 // RequestName and ReleaseName of a name this bus does not have, ListNames
-// (with this bus's names added), ListActivatableNames and GetId go up;
+// (with this bus's names added), ListActivatableNames, GetId and the
+// questions about a connection there (GetConnectionUnixUser and the like)
+// go up; what would change or watch the whole system bus
+// (UpdateActivationEnvironment, ReloadConfig, BecomeMonitor) does not, as
+// it would be nodeinit's call there, not the client's;
 // KillUnit of logind's unit stays here, every other call to systemd goes
 // up. Signals of a logind up there are dropped: org.freedesktop.login1
 // here is nodeinit's. The queue up is bounded as a client's is, messages

@@ -209,6 +209,17 @@ func (c *conn) upstreamConn() *upstream {
 	return up
 }
 
+// upstreamBusMethods are the system bus's own methods, beyond those about
+// names, that a client's call goes up for: questions about a connection
+// there. What would change that bus (UpdateActivationEnvironment,
+// ReloadConfig) or watch all of it (BecomeMonitor) is not passed: upstream
+// the call would be nodeinit's, not the client's.
+var upstreamBusMethods = map[string]bool{
+	"GetConnectionUnixUser": true, "GetConnectionUnixProcessID": true, "GetConnectionCredentials": true,
+	"GetAdtAuditSessionData": true, "GetConnectionSELinuxSecurityContext": true, "GetConnectionAppArmorSecurityContext": true,
+	"ListQueuedOwners": true,
+}
+
 // reply kinds for the calls that wait for the upstream's answer.
 type pendingKind int
 

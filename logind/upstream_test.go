@@ -167,6 +167,15 @@ func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 		t.Errorf("GetNameOwner(login1) = %s, want %s", owner, logindOwner)
 	}
 
+	var uid uint32
+	if err := conn.BusObject().Call(busName+".GetConnectionUnixUser", 0, service.Names()[0]).Store(&uid); err != nil || int(uid) != os.Getuid() {
+		t.Errorf("GetConnectionUnixUser of the service = %d, %v", uid, err)
+	}
+	// What would change the system bus is not passed on as nodeinit's.
+	if err := conn.BusObject().Call(busName+".UpdateActivationEnvironment", 0, map[string]string{"X": "1"}).Err; dbusErrorName(err) != errUnknownMethod {
+		t.Errorf("UpdateActivationEnvironment: %v, want %s", err, errUnknownMethod)
+	}
+
 	obj := conn.Object("org.example.Echo", "/org/example/Echo")
 	var s string
 	if err := obj.Call("org.example.Echo.Echo", 0, "hi").Store(&s); err != nil || s != "echo hi" {
