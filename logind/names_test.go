@@ -134,8 +134,8 @@ func clientEnv(b *Bus) []string {
 // pythonDBus is python-dbus's way: get_object binds to the unique owner,
 // the proxy introspects, Properties through it, a delay lock, and a signal
 // receiver for logind's name, which python-dbus filters on the name's
-// owner. It prints "ready" once its receiver is in place and exits after
-// the signal or 10s.
+// owner. It prints "ready" once its receiver is in place and knows the
+// owner, and exits after the signal or 10s.
 const pythonDBus = `
 import dbus, dbus.mainloop.glib
 from gi.repository import GLib
@@ -154,7 +154,9 @@ def prepare(start, sender=None):
     loop.quit()
 bus.add_signal_receiver(prepare, signal_name='PrepareForShutdown', dbus_interface='org.freedesktop.login1.Manager',
     bus_name='org.freedesktop.login1', path='/org/freedesktop/login1', sender_keyword='sender')
-GLib.timeout_add(300, lambda: print('ready', flush=True))
+# The receiver learns the name's owner from a GetNameOwner of its own; a
+# second watch's answer comes after it, on the same connection.
+bus.watch_name_owner('org.freedesktop.login1', lambda owner: print('ready', flush=True))
 GLib.timeout_add_seconds(10, loop.quit)
 loop.run()
 `
