@@ -140,8 +140,8 @@ type GracefulNodeShutdown struct {
 	// Delay is what nodeinit reports as logind's InhibitDelayMaxUSec, and
 	// the longest it waits for the drain. Zero means the kubelet's own
 	// shutdownGracePeriod (from its --config), at least 5s. The kubelet
-	// turns the feature off when this is shorter than its
-	// shutdownGracePeriod.
+	// raises it when this is shorter than its shutdownGracePeriod, with a
+	// logind drop-in in the node's /etc and a reload of logind.
 	Delay Duration `json:"delay"`
 }
 

@@ -46,8 +46,9 @@ type Options struct {
 	// longest a delay inhibitor may hold shutdown back, and so the longest
 	// the caller should wait for the channel PrepareForShutdown returns.
 	// The kubelet wants it at least as long as its shutdownGracePeriod
-	// (the sum of shutdownGracePeriodByPodPriority); shorter, it does not
-	// take a lock at all. Zero means DefaultInhibitDelayMax.
+	// (the sum of shutdownGracePeriodByPodPriority); shorter, it raises it
+	// with a logind drop-in and a reload (InhibitDelayMax is then the
+	// delay in force). Zero means DefaultInhibitDelayMax.
 	InhibitDelayMax time.Duration
 	// Allow decides, from the credentials the kernel gives for a new
 	// connection (SO_PEERCRED: pid, uid and gid at connect time), whether
@@ -55,6 +56,14 @@ type Options struct {
 	// goroutines, possibly several at once, and may take its time: no
 	// caller of the Bus waits for it.
 	Allow func(unix.Ucred) bool
+	// ConfigRoot is the root under which logind's configuration
+	// (etc/systemd/logind.conf and the logind.conf.d drop-ins) is read
+	// when a client reloads logind; "" is "/".
+	ConfigRoot string
+	// Upstream is the D-Bus address of the system bus to pass through to
+	// (UpstreamAddress): every call not for logind and not answered by
+	// the bus itself goes there. "" means none.
+	Upstream string
 }
 
 // Bus is a listening bus. Its methods may be called from any goroutine and
@@ -65,6 +74,7 @@ type Bus struct {
 	ln     *net.UnixListener
 	guid   string
 	serial atomic.Uint32
+	logind *logindState // the delay in force, changed by a reload
 
 	wg   sync.WaitGroup // every goroutine of the bus
 	done chan struct{}  // closed by Close
@@ -119,6 +129,7 @@ func newBus(path string, opts Options) *Bus {
 	return &Bus{
 		path:       path,
 		opts:       opts,
+		logind:     newLogindState(opts),
 		guid:       fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
 		done:       make(chan struct{}),
 		conns:      make(map[*conn]struct{}),
@@ -247,7 +258,7 @@ func (b *Bus) PrepareForShutdown() <-chan struct{} {
 	ch := b.drained
 	b.mu.Unlock()
 
-	sig := newSignal(logindName, logindPath, managerIface, "PrepareForShutdown", true)
+	sig := newSignal(logindOwner, logindPath, managerIface, "PrepareForShutdown", true)
 	data, _, err := encodeMessage(sig, b.nextSerial())
 	if err != nil {
 		// A constant message: this cannot fail short of a bug.
@@ -256,7 +267,7 @@ func (b *Bus) PrepareForShutdown() <-chan struct{} {
 	}
 	sent := 0
 	for _, c := range conns {
-		if c.wants(sig, logindName) && c.enqueue(outgoing{data: data}) {
+		if c.wants(sig, logindOwner) && c.enqueue(outgoing{data: data}) {
 			sent++
 		}
 	}

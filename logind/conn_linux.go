@@ -52,6 +52,8 @@ type conn struct {
 
 	// unixFD: the peer agreed to unix fd passing. Reader goroutine only.
 	unixFD bool
+	// px is the pass-through to the system bus (upstream_linux.go).
+	px passThrough
 
 	mu     sync.Mutex
 	name   string      // the unique name, from Hello on
@@ -87,7 +89,7 @@ func (c *conn) serve() {
 		klog.InfoS("Refused a D-Bus connection from a process that may not use this bus", "socket", c.bus.path, "pid", cred.Pid, "uid", cred.Uid, "gid", cred.Gid)
 		return
 	}
-	r := bufio.NewReaderSize(c.nc, 4096)
+	r := bufio.NewReaderSize(c.clientReader(), 4096)
 	if err := c.authenticate(r); err != nil {
 		c.ended("authentication", err)
 		return
@@ -245,6 +247,7 @@ func (c *conn) close() {
 	}
 	close(c.done)
 	_ = c.nc.Close()
+	c.closePassThrough()
 }
 
 // wants reports whether the connection has said Hello and has a match rule

@@ -43,18 +43,27 @@ type callError struct{ name, text string }
 type call struct {
 	msg                            *dbus.Message
 	dest, path, iface, member, sig string
+	// fds are the descriptors the message carried: closed once it is
+	// answered, unless it went on to the system bus with them.
+	fds []int
 }
 
 // handle answers one message from the peer. An error ends the connection.
 func (c *conn) handle(m *dbus.Message) error {
+	fds, err := c.takeFDs(m)
+	if err != nil {
+		return err
+	}
 	in := &call{
 		msg:    m,
+		fds:    fds,
 		dest:   header(m, dbus.FieldDestination),
 		path:   header(m, dbus.FieldPath),
 		iface:  header(m, dbus.FieldInterface),
 		member: header(m, dbus.FieldMember),
 		sig:    header(m, dbus.FieldSignature),
 	}
+	defer func() { closeFDs(in.fds) }()
 	if c.name == "" {
 		// The specification: a connection's first message is Hello, or
 		// the bus disconnects it.
@@ -66,19 +75,37 @@ func (c *conn) handle(m *dbus.Message) error {
 	}
 	if m.Type != dbus.TypeMethodCall {
 		// Replies and errors answer nothing this bus asked, and a signal
-		// from a client has nobody here to go to.
+		// from a client has nobody here to go to: they are for the system
+		// bus, where there is one.
+		if c.passesThrough() && c.forward(in, plainReply) {
+			return nil
+		}
 		klog.V(2).InfoS("Ignored a D-Bus message", "pid", c.cred.Pid, "type", m.Type.String(), "interface", in.iface, "member", in.member)
 		return nil
 	}
 	switch in.dest {
 	case busName:
 		c.busMethod(in)
-	case logindName:
-		c.logindMethod(in)
+	case logindName, logindOwner:
+		if in.path == string(systemdPath) {
+			// logind's unique name owns systemd's name too.
+			c.systemdMethod(in, false)
+		} else {
+			c.logindMethod(in)
+		}
+	case systemdName:
+		if !c.systemdMethod(in, c.passesThrough()) {
+			c.forwardOrFail(in)
+		}
 	default:
-		// What a bus answers for a name nobody owns and nothing can start:
-		// the kubelet's KillUnit to org.freedesktop.systemd1 ends here.
-		c.fail(in, busName, &callError{errServiceUnknown, fmt.Sprintf("The name %s was not provided by any .service files", in.dest)})
+		// The system bus's, where there is one; else what a bus answers
+		// for a name nobody owns and nothing can start. This bus does not
+		// route between its own clients.
+		if c.bus.localOwner(in.dest, true) != "" {
+			c.fail(in, busName, &callError{errServiceUnknown, fmt.Sprintf("The name %s was not provided by any .service files", in.dest)})
+		} else {
+			c.forwardOrFail(in)
+		}
 	}
 	return nil
 }
@@ -99,6 +126,9 @@ func (c *conn) hello(in *call) {
 // busMethod answers the bus's own interface: Hello, AddMatch, RemoveMatch.
 // A client of this bus needs no other; the rest is answered UnknownMethod.
 func (c *conn) busMethod(in *call) {
+	if c.commonMethod(in, busName, busIntro) {
+		return
+	}
 	if in.iface != "" && in.iface != busName {
 		c.fail(in, busName, unknownMethod(in))
 		return
@@ -117,17 +147,23 @@ func (c *conn) busMethod(in *call) {
 			c.fail(in, busName, &callError{errMatchRuleInvalid, "Invalid match rule: " + err.Error()})
 			return
 		}
+		ok := false
 		if in.member == "AddMatch" {
-			c.addMatch(in, rule)
+			ok = c.addMatch(in, rule)
 		} else {
-			c.removeMatch(in, rule)
+			ok = c.removeMatch(in, rule)
+		}
+		if ok && c.passesThrough() {
+			c.forwardMatch(in)
 		}
 	default:
-		c.fail(in, busName, unknownMethod(in))
+		if !c.nameMethod(in) && !(upstreamBusMethods[in.member] && c.passesThrough() && c.forward(in, plainReply)) {
+			c.fail(in, busName, unknownMethod(in))
+		}
 	}
 }
 
-func (c *conn) addMatch(in *call, rule matchRule) {
+func (c *conn) addMatch(in *call, rule matchRule) bool {
 	c.mu.Lock()
 	full := len(c.rules) >= maxRules
 	if !full {
@@ -136,12 +172,13 @@ func (c *conn) addMatch(in *call, rule matchRule) {
 	c.mu.Unlock()
 	if full {
 		c.fail(in, busName, &callError{errLimitsExceeded, fmt.Sprintf("Connection has %d match rules, the most it may have", maxRules)})
-		return
+		return false
 	}
 	c.reply(in, busName)
+	return true
 }
 
-func (c *conn) removeMatch(in *call, rule matchRule) {
+func (c *conn) removeMatch(in *call, rule matchRule) bool {
 	c.mu.Lock()
 	found := false
 	for i, r := range c.rules {
@@ -154,17 +191,21 @@ func (c *conn) removeMatch(in *call, rule matchRule) {
 	c.mu.Unlock()
 	if !found {
 		c.fail(in, busName, &callError{errMatchRuleNotFound, "The given match rule wasn't found and can't be removed"})
-		return
+		return false
 	}
 	c.reply(in, busName)
+	return true
 }
 
 // logindMethod answers what the kubelet asks of logind's manager object:
 // the property InhibitDelayMaxUSec and Inhibit. A call without an
 // interface is matched by its member alone, as the specification allows.
 func (c *conn) logindMethod(in *call) {
+	if c.commonMethod(in, logindOwner, logindIntro) || c.logindProperties(in) {
+		return
+	}
 	if in.path != string(logindPath) {
-		c.fail(in, logindName, &callError{errUnknownObject, fmt.Sprintf("Unknown object '%s'.", in.path)})
+		c.fail(in, logindOwner, &callError{errUnknownObject, fmt.Sprintf("Unknown object '%s'.", in.path)})
 		return
 	}
 	switch {
@@ -173,25 +214,25 @@ func (c *conn) logindMethod(in *call) {
 	case in.member == "Inhibit" && (in.iface == managerIface || in.iface == ""):
 		c.inhibit(in)
 	default:
-		c.fail(in, logindName, unknownMethod(in))
+		c.fail(in, logindOwner, unknownMethod(in))
 	}
 }
 
 func (c *conn) getProperty(in *call) {
 	if e := wantSignature(in, "ss"); e != nil {
-		c.fail(in, logindName, e)
+		c.fail(in, logindOwner, e)
 		return
 	}
 	iface, _ := in.msg.Body[0].(string)
 	prop, _ := in.msg.Body[1].(string)
 	switch {
 	case iface != managerIface && iface != "":
-		c.fail(in, logindName, &callError{errUnknownInterface, fmt.Sprintf("Unknown interface '%s'.", iface)})
+		c.fail(in, logindOwner, &callError{errUnknownInterface, fmt.Sprintf("Unknown interface '%s'.", iface)})
 	case prop != "InhibitDelayMaxUSec":
-		c.fail(in, logindName, &callError{errUnknownProperty, fmt.Sprintf("Unknown property '%s': this logind offers only InhibitDelayMaxUSec.", prop)})
+		c.fail(in, logindOwner, &callError{errUnknownProperty, fmt.Sprintf("Unknown property '%s': this logind offers only InhibitDelayMaxUSec.", prop)})
 	default:
-		usec := uint64(c.bus.opts.InhibitDelayMax.Microseconds())
-		c.reply(in, logindName, dbus.MakeVariant(usec))
+		usec := uint64(c.bus.InhibitDelayMax().Microseconds())
+		c.reply(in, logindOwner, dbus.MakeVariant(usec))
 	}
 }
 
@@ -199,7 +240,7 @@ func (c *conn) getProperty(in *call) {
 // pipe that holds a shutdown delay lock while it is open.
 func (c *conn) inhibit(in *call) {
 	if e := wantSignature(in, "ssss"); e != nil {
-		c.fail(in, logindName, e)
+		c.fail(in, logindOwner, e)
 		return
 	}
 	args := make([]string, 4)
@@ -208,19 +249,19 @@ func (c *conn) inhibit(in *call) {
 	}
 	what, who, why, mode := args[0], args[1], args[2], args[3]
 	if e := checkInhibit(what, mode); e != nil {
-		c.fail(in, logindName, e)
+		c.fail(in, logindOwner, e)
 		return
 	}
 	if !c.unixFD {
-		c.fail(in, logindName, &callError{errNotSupported, "Inhibit returns a file descriptor, and this connection did not negotiate unix fd passing"})
+		c.fail(in, logindOwner, &callError{errNotSupported, "Inhibit returns a file descriptor, and this connection did not negotiate unix fd passing"})
 		return
 	}
 	fd, e := c.bus.inhibit(c.cred, who, why)
 	if e != nil {
-		c.fail(in, logindName, e)
+		c.fail(in, logindOwner, e)
 		return
 	}
-	c.reply(in, logindName, dbus.UnixFD(fd))
+	c.reply(in, logindOwner, dbus.UnixFD(fd))
 }
 
 // inhibitWhat is every lock type logind knows, for telling a request this

@@ -128,7 +128,7 @@ func (r matchRule) matches(m *dbus.Message, sender string) bool {
 		case "type":
 			ok = want == typeName(m.Type)
 		case "sender":
-			ok = want == sender
+			ok = want == sender || wellKnownOwner(want) == sender
 		case "interface":
 			ok = want == header(m, dbus.FieldInterface)
 		case "member":

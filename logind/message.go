@@ -27,7 +27,10 @@ var errProtocol = errors.New("not a D-Bus message")
 // header and is checked against maxMessage first, so a client can make the
 // server allocate no more than that. io.EOF means the stream ended cleanly
 // between two messages.
-func readMessage(r *bufio.Reader) ([]byte, error) {
+func readMessage(r *bufio.Reader) ([]byte, error) { return readMessageUpTo(r, maxMessage) }
+
+// readMessageUpTo is readMessage with another limit than maxMessage.
+func readMessageUpTo(r *bufio.Reader, limit uint64) ([]byte, error) {
 	head, err := r.Peek(16)
 	if err != nil {
 		if len(head) > 0 && errors.Is(err, io.EOF) {
@@ -52,8 +55,8 @@ func readMessage(r *bufio.Reader) ([]byte, error) {
 	// The header field array starts at 16 and is padded to 8 bytes before
 	// the body begins.
 	size := 16 + (fields+7)&^7 + body
-	if size > maxMessage {
-		return nil, fmt.Errorf("%w: a message of %d bytes, more than %d", errProtocol, size, maxMessage)
+	if size > limit {
+		return nil, fmt.Errorf("%w: a message of %d bytes, more than %d", errProtocol, size, limit)
 	}
 	buf := make([]byte, size)
 	if _, err := io.ReadFull(r, buf); err != nil {

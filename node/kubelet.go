@@ -23,7 +23,12 @@ type KubeletConfig struct {
 	Files []string `json:"-"`
 
 	CgroupRoot string `json:"cgroupRoot,omitempty"`
-	Address    string `json:"address,omitempty"`
+	// CgroupDriverSetting is the configuration's cgroupDriver,
+	// cgroupDriverFlag the executor's --cgroup-driver: both are read
+	// through CgroupDriver.
+	CgroupDriverSetting string `json:"cgroupDriver,omitempty"`
+	cgroupDriverFlag    string
+	Address             string `json:"address,omitempty"`
 	// ShutdownGracePeriod and ShutdownGracePeriodCriticalPods, or
 	// ShutdownGracePeriodByPodPriority, set up graceful node shutdown.
 	ShutdownGracePeriod              kubeletDuration         `json:"shutdownGracePeriod,omitempty"`
@@ -68,6 +73,17 @@ func (k KubeletConfig) ShutdownDelay() time.Duration {
 	return time.Duration(sum) * time.Second
 }
 
+// CgroupDriver is the kubelet's cgroup driver: its --cgroup-driver flag,
+// which the kubelet takes over its configuration, else cgroupDriver from
+// the configuration; "" when neither sets it (the kubelet's default is
+// cgroupfs). With "systemd" the kubelet needs systemd on the system bus.
+func (k KubeletConfig) CgroupDriver() string {
+	if k.cgroupDriverFlag != "" {
+		return k.cgroupDriverFlag
+	}
+	return k.CgroupDriverSetting
+}
+
 // maxKubeletFile bounds what is read of one kubelet configuration file.
 const maxKubeletFile = 1 << 20
 
@@ -80,6 +96,7 @@ const maxKubeletFile = 1 << 20
 // names it.
 func ReadKubeletConfig(args []string) (KubeletConfig, error) {
 	var k KubeletConfig
+	k.cgroupDriverFlag, _ = flagValue(args, "cgroup-driver")
 	file, _ := flagValue(args, "config")
 	dir, _ := flagValue(args, "config-dir")
 	var files []string

@@ -91,3 +91,24 @@ func TestReadKubeletConfigErrorsNameTheFile(t *testing.T) {
 		}
 	}
 }
+
+func TestCgroupDriverIsTheFlagOverTheFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "kubelet.yaml")
+	if err := os.WriteFile(file, []byte("cgroupDriver: systemd\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config=" + file}, "systemd"},
+		{[]string{"--config=" + file, "--cgroup-driver=cgroupfs"}, "cgroupfs"},
+		{[]string{"--cgroup-driver", "systemd"}, "systemd"},
+		{[]string{"--v=2"}, ""},
+	} {
+		k, err := ReadKubeletConfig(tc.args)
+		if err != nil || k.CgroupDriver() != tc.want {
+			t.Errorf("%q: cgroup driver %q, %v; want %q", tc.args, k.CgroupDriver(), err, tc.want)
+		}
+	}
+}

@@ -33,8 +33,15 @@ type nodeDrain struct {
 }
 
 // Drain emits PrepareForShutdown(true); the kubelet ends its pods and
-// releases its delay lock.
-func (d *nodeDrain) Drain() <-chan struct{} { return d.bus.PrepareForShutdown() }
+// releases its delay lock. The channel is closed then, or once the delay
+// in force is over: the kubelet may have raised it since start by
+// reloading logind's configuration.
+func (d *nodeDrain) Drain() <-chan struct{} { return d.bus.PrepareForShutdownWithinDelay() }
+
+// Timeout is the delay in force: what the bus reports as
+// InhibitDelayMaxUSec now, which a reload of logind's configuration may
+// have changed since start.
+func (d *nodeDrain) Timeout() time.Duration { return d.bus.InhibitDelayMax() }
 
 func (d *nodeDrain) Status() string { return d.bus.Status() }
 
@@ -48,14 +55,15 @@ func (d *nodeDrain) close() {
 
 // shutdownDelay is how long the drain may take: the configured delay, else
 // what the kubelet asks for in its configuration, at least logind's default.
-// The kubelet gives the feature up when the delay logind reports is shorter
-// than its shutdownGracePeriod, so a shorter configured delay is warned of.
+// The kubelet raises a delay shorter than its shutdownGracePeriod by
+// writing a logind drop-in into the node's /etc and reloading logind, so a
+// shorter configured delay is warned of.
 func shutdownDelay(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) time.Duration {
 	wanted := kubelet.ShutdownDelay()
 	if gs.Delay.Duration > 0 {
 		if gs.Delay.Duration < wanted {
 			klog.Warningf("--graceful-node-shutdown-delay %v is shorter than the kubelet's shutdownGracePeriod %v (%s): "+
-				"the kubelet will turn graceful node shutdown off", gs.Delay.Duration, wanted, strings.Join(kubelet.Files, " "))
+				"the kubelet will raise it by writing /etc/systemd/logind.conf.d/99-kubelet.conf and reloading logind", gs.Delay.Duration, wanted, strings.Join(kubelet.Files, " "))
 		}
 		return gs.Delay.Duration
 	}
@@ -72,6 +80,12 @@ func shutdownDelay(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) t
 // once, when it starts.
 func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) (*nodeDrain, string, time.Duration, error) {
 	delay := shutdownDelay(gs, kubelet)
+	// The executor's system bus is nodeinit's: what is not for logind goes
+	// on to the container's own system bus, where it has one.
+	upstream, noBus := logind.UpstreamAddress(os.Getenv, "/")
+	if err := logind.RequireSystemBus(kubelet.CgroupDriver(), noBus); err != nil {
+		return nil, "", 0, err
+	}
 	dir, err := os.MkdirTemp(cmp.Or(runDir(), os.TempDir()), "nodeinit-bus-")
 	if err != nil {
 		return nil, "", 0, fmt.Errorf("make the login1 bus's directory: %w", err)
@@ -80,12 +94,18 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 	d.bus, err = logind.Listen(filepath.Join(dir, "system_bus_socket"), logind.Options{
 		InhibitDelayMax: delay,
 		Allow:           d.allow,
+		Upstream:        upstream,
 	})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, "", 0, err
 	}
 	klog.InfoS("Serving login1 to the executor for graceful node shutdown", "address", d.bus.Address(), "delay", delay)
+	if noBus == nil {
+		klog.InfoS("The executor's other D-Bus calls pass through to the container's system bus, as nodeinit's connection", "systemBus", upstream)
+	} else {
+		klog.InfoS("No system bus for the executor's other D-Bus calls: they get the errors of a bus without their names", "reason", noBus)
+	}
 	return d, busEnv + "=" + d.bus.Address(), delay, nil
 }
 
@@ -124,9 +144,11 @@ func (d *nodeDrain) allow(peer unix.Ucred) bool {
 }
 
 // wire makes the supervisor drain through d and admits the executor's
-// processes once it runs.
+// processes once it runs. The drain's own bound is the delay in force
+// (Drain); the supervisor's is the most any reload may set, so that a
+// delay the kubelet raised is not cut short.
 func (d *nodeDrain) wire(sc *supervisor.Config, delay time.Duration) {
-	sc.Drain, sc.DrainTimeout = d, delay
+	sc.Drain, sc.DrainTimeout = d, max(delay, logind.MaxInhibitDelay)
 	started := sc.OnExecutorStarted
 	sc.OnExecutorStarted = func(pid int) {
 		d.executor.Store(int64(pid))

@@ -123,6 +123,22 @@ func SendmsgN(fd int, p, oob []byte, to unix.Sockaddr, flags int) (int, error) {
 	return n, nil
 }
 
+// RecvmsgN is recvmsg(2), once, returning the bytes and control bytes read
+// and the message flags. EAGAIN from a non-blocking socket is wrapped like
+// any error.
+func RecvmsgN(fd int, p, oob []byte, flags int) (n, oobn, recvflags int, from unix.Sockaddr, err error) {
+	for {
+		n, oobn, recvflags, from, err = unix.Recvmsg(fd, p, oob, flags)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return n, oobn, recvflags, from, os.NewSyscallError("recvmsg", err)
+	}
+	return n, oobn, recvflags, from, nil
+}
+
 // Open is open(2) with O_CLOEXEC added: a descriptor nodeinit opens is its
 // own, never a child's.
 func Open(path string, flags int, mode uint32) (int, error) {

@@ -4,7 +4,9 @@ package k8s
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,6 +50,78 @@ func TestGracefulNodeShutdownDrainsThePods(t *testing.T) {
 	k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, k.dir))
 	k.waitPods("metadata.name=drain", 1, 60*time.Second)
 
+	k.stopAndCheckDrained()
+}
+
+// With nodeinit's delay shorter than the kubelet's shutdownGracePeriod, the
+// kubelet raises it as it does on a machine: it writes
+// /etc/systemd/logind.conf.d/99-kubelet.conf and has systemd reload logind
+// (KillUnit of systemd-logind.service with SIGHUP). nodeinit's logind
+// reloads its configuration and reports the kubelet's 30s, the kubelet
+// takes its lock, and stopping the node drains it. Without the reload the
+// kubelet would turn graceful node shutdown off and leave its pods
+// running.
+func TestAKubeletThatRaisesAShortDelayDrainsTheNode(t *testing.T) {
+	keepLogindDropIn(t)
+	c := getCluster(t)
+	k := c.startNode(t, nodeSpec{kubeletConfig: kubeletShutdown,
+		flags: []string{"--graceful-node-shutdown", "--graceful-node-shutdown-delay=10s"}})
+	k.waitReady(90 * time.Second)
+	k.waitLog(30*time.Second, 0, `"Reloaded logind's configuration"`, `inhibitDelayMax="30s"`, `was="10s"`, `from="/etc/systemd/logind.conf.d/99-kubelet.conf"`)
+	k.waitLog(30*time.Second, 0, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
+	if b, err := os.ReadFile(kubeletLogindDropIn); err != nil || !strings.Contains(string(b), "InhibitDelayMaxSec=30") {
+		t.Errorf("the kubelet's drop-in: %q, %v", b, err)
+	}
+	k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, k.dir))
+	k.waitPods("metadata.name=drain", 1, 60*time.Second)
+	k.stopAndCheckDrained()
+}
+
+// kubeletLogindDropIn is where the kubelet writes the delay it wants
+// (pkg/kubelet/nodeshutdown/systemd, OverrideInhibitDelay).
+const kubeletLogindDropIn = "/etc/systemd/logind.conf.d/99-kubelet.conf"
+
+// keepLogindDropIn puts the kubelet's logind drop-in and the directories
+// above it back as they were when the test ends: the kubelet writes into
+// the host's /etc.
+func keepLogindDropIn(t *testing.T) {
+	t.Helper()
+	old, err := os.ReadFile(kubeletLogindDropIn)
+	existed := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var made []string // directories the kubelet may make, deepest first
+	for d := filepath.Dir(kubeletLogindDropIn); d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); errors.Is(err, fs.ErrNotExist) {
+			made = append(made, d)
+		}
+	}
+	t.Cleanup(func() {
+		if existed {
+			must(t, os.WriteFile(kubeletLogindDropIn, old, 0o644))
+			return
+		}
+		if err := os.Remove(kubeletLogindDropIn); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Error(err)
+		}
+		for _, d := range made {
+			if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("remove %s, which the kubelet made: %v", d, err)
+			}
+		}
+	})
+}
+
+// stopAndCheckDrained stops a node whose kubelet holds its delay lock and
+// runs the pod drain (drainPod), and checks it drained: nodeinit sent
+// PrepareForShutdown, the kubelet ran the preStop hook, ended the pod as
+// its node shutdown ends pods and reported the Node shutting down, and
+// released its lock before it got TERM; nodeinit exited 0 within the delay
+// and the grace period.
+func (k *kubeNode) stopAndCheckDrained() {
+	t := k.t
+	t.Helper()
 	stopped := time.Now()
 	s := k.stopAndCheck(90 * time.Second)
 	took := time.Since(stopped)
