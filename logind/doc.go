@@ -28,7 +28,7 @@
 //     the same name further down, a link to /dev/null masking it), starting
 //     from Options.InhibitDelayMax as logind starts from its defaults, and
 //     replies only then, so that the kubelet's next read sees the new
-//     delay. InhibitDelayMax and PrepareForShutdownWithinDelay follow it.
+//     delay. InhibitDelayMax follows it.
 //     Another unit is NoSuchUnit, another signal to logind NotSupported;
 //  3. calls Inhibit("shutdown", "kubelet", why, "delay") and keeps the unix fd
 //     it gets: the write end of a pipe whose read end the bus watches;
@@ -39,8 +39,8 @@
 // ends its pods by priority within their grace periods and closes its fd;
 // the channel PrepareForShutdown returned is closed when the last delay lock
 // is gone, and nodeinit goes on to TERM the executor. nodeinit bounds that
-// wait with the delay in force, as logind does
-// (PrepareForShutdownWithinDelay); a reload sets at most MaxInhibitDelay.
+// wait with the delay in force when the drain begins (InhibitDelayMax), as
+// logind does; a reload sets at most MaxInhibitDelay.
 //
 // The kubelet takes its first lock when it starts; if the bus is not there
 // then, it never tries again (it reconnects every second only after a

@@ -144,36 +144,3 @@ func (c *conn) killUnit(in *call, unit string) {
 		c.reply(in, systemdName)
 	}
 }
-
-// PrepareForShutdownWithinDelay is PrepareForShutdown with logind's own
-// bound on it: the channel is closed once the delay locks are released,
-// or once the delay in force when it is called is over, whichever comes
-// first; Close closes it too.
-func (b *Bus) PrepareForShutdownWithinDelay() <-chan struct{} {
-	drained := b.PrepareForShutdown()
-	delay := b.InhibitDelayMax()
-	done := make(chan struct{})
-	b.mu.Lock()
-	closed := b.closed
-	if !closed {
-		b.wg.Add(1)
-	}
-	b.mu.Unlock()
-	if closed {
-		close(done)
-		return done
-	}
-	go func() {
-		defer b.wg.Done()
-		defer close(done)
-		t := time.NewTimer(delay)
-		defer t.Stop()
-		select {
-		case <-drained:
-		case <-b.done:
-		case <-t.C:
-			klog.InfoS("The inhibit delay is over with delay locks still held", "inhibitDelayMax", delay, "status", b.Status())
-		}
-	}()
-	return done
-}

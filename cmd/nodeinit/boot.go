@@ -135,13 +135,13 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 	sc.OnExecutorStarted = func(int) { notifier.ReadyWhenHealthy(notify.Probe{URL: cfg.ReadyURL}) }
 	sc.OnShutdown = notifier.Stopping
 	if cfg.GracefulNodeShutdown.Enabled {
-		drain, env, delay, err := startNodeDrain(cfg.GracefulNodeShutdown, kubelet)
+		drain, env, err := startNodeDrain(cfg.GracefulNodeShutdown, kubelet)
 		if err != nil {
 			klog.ErrorS(err, "Cannot serve login1 for graceful node shutdown")
 			return exitFailure
 		}
 		defer drain.close()
-		drain.wire(&sc, delay)
+		drain.wire(&sc)
 		// The executor alone: the proxy has no node to drain. Any bus
 		// address it had is replaced: its D-Bus library takes the first.
 		key, addr, _ := strings.Cut(env, "=")

@@ -33,10 +33,8 @@ type nodeDrain struct {
 }
 
 // Drain emits PrepareForShutdown(true); the kubelet ends its pods and
-// releases its delay lock. The channel is closed then, or once the delay
-// in force is over: the kubelet may have raised it since start by
-// reloading logind's configuration.
-func (d *nodeDrain) Drain() <-chan struct{} { return d.bus.PrepareForShutdownWithinDelay() }
+// releases its delay lock, which closes the channel.
+func (d *nodeDrain) Drain() <-chan struct{} { return d.bus.PrepareForShutdown() }
 
 // Timeout is the delay in force: what the bus reports as
 // InhibitDelayMaxUSec now, which a reload of logind's configuration may
@@ -78,17 +76,17 @@ func shutdownDelay(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) t
 // returns the drain and the environment entry that points the executor at
 // it. It must run before the executor starts: the kubelet looks for the bus
 // once, when it starts.
-func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) (*nodeDrain, string, time.Duration, error) {
+func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) (*nodeDrain, string, error) {
 	delay := shutdownDelay(gs, kubelet)
 	// The executor's system bus is nodeinit's: what is not for logind goes
 	// on to the container's own system bus, where it has one.
 	upstream, noBus := logind.UpstreamAddress(os.Getenv, "/")
 	if err := logind.RequireSystemBus(kubelet.CgroupDriver(), noBus); err != nil {
-		return nil, "", 0, err
+		return nil, "", err
 	}
 	dir, err := os.MkdirTemp(cmp.Or(runDir(), os.TempDir()), "nodeinit-bus-")
 	if err != nil {
-		return nil, "", 0, fmt.Errorf("make the login1 bus's directory: %w", err)
+		return nil, "", fmt.Errorf("make the login1 bus's directory: %w", err)
 	}
 	d := &nodeDrain{dir: dir}
 	d.bus, err = logind.Listen(filepath.Join(dir, "system_bus_socket"), logind.Options{
@@ -98,7 +96,7 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 	})
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, "", 0, err
+		return nil, "", err
 	}
 	klog.InfoS("Serving login1 to the executor for graceful node shutdown", "address", d.bus.Address(), "delay", delay)
 	if noBus == nil {
@@ -106,7 +104,7 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 	} else {
 		klog.InfoS("No system bus for the executor's other D-Bus calls: they get the errors of a bus without their names", "reason", noBus)
 	}
-	return d, busEnv + "=" + d.bus.Address(), delay, nil
+	return d, busEnv + "=" + d.bus.Address(), nil
 }
 
 // runDir is /run where it exists: the bus is a runtime file.
@@ -143,12 +141,10 @@ func (d *nodeDrain) allow(peer unix.Ucred) bool {
 	return false
 }
 
-// wire makes the supervisor drain through d and admits the executor's
-// processes once it runs. The drain's own bound is the delay in force
-// (Drain); the supervisor's is the most any reload may set, so that a
-// delay the kubelet raised is not cut short.
-func (d *nodeDrain) wire(sc *supervisor.Config, delay time.Duration) {
-	sc.Drain, sc.DrainTimeout = d, max(delay, logind.MaxInhibitDelay)
+// wire makes the supervisor drain through d, bounded by the delay in force
+// (Timeout), and admits the executor's processes once it runs.
+func (d *nodeDrain) wire(sc *supervisor.Config) {
+	sc.Drain = d
 	started := sc.OnExecutorStarted
 	sc.OnExecutorStarted = func(pid int) {
 		d.executor.Store(int64(pid))

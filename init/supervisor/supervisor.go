@@ -53,6 +53,10 @@ type Drainer interface {
 	// Drain begins and returns a channel closed once the node has drained.
 	// It must return at once.
 	Drain() <-chan struct{}
+	// Timeout bounds the drain that begins now: the kubelet may have
+	// changed the delay since nodeinit started (by reloading logind's
+	// configuration).
+	Timeout() time.Duration
 	// Status is a short description for the status line.
 	Status() string
 }
@@ -70,11 +74,10 @@ type Config struct {
 	// nodeinit goes on killing and reaping what is left before it exits
 	// anyway, naming what it could not reap (default DefaultReapBound).
 	ReapBound time.Duration
-	// Drain, when set, is asked to drain the node when the first TERM or
-	// INT arrives; the signal reaches the executor once it has drained,
-	// after DrainTimeout, or when a second TERM or INT comes.
-	Drain        Drainer
-	DrainTimeout time.Duration
+	// Drain, when set, is asked to drain the node when the first stop
+	// signal arrives; the signal reaches the executor once it has drained,
+	// after its Timeout, or when a second stop signal comes.
+	Drain Drainer
 	// ProcRoot is the proc filesystem ("/proc"), read at shutdown to find
 	// nodeinit's descendants.
 	ProcRoot string
@@ -253,8 +256,9 @@ func (s *Supervisor) terminate(sig syscall.Signal) {
 	case s.phase == running && s.cfg.Drain != nil && s.executor.state == stateRunning:
 		s.phase, s.pending = draining, sig
 		s.drained = s.cfg.Drain.Drain()
-		s.drainLimit.Reset(s.cfg.DrainTimeout)
-		klog.InfoS("Draining the node before the executor stops", "signal", signals.Name(sig), "timeout", s.cfg.DrainTimeout)
+		timeout := s.cfg.Drain.Timeout()
+		s.drainLimit.Reset(timeout)
+		klog.InfoS("Draining the node before the executor stops", "signal", signals.Name(sig), "timeout", timeout)
 	case s.phase == draining:
 		s.pending = sig
 		s.endDrain("a second " + signals.Name(sig) + " came")

@@ -280,7 +280,7 @@ func TestPwrAndRtmin3StopTheNodeAsTerm(t *testing.T) {
 	for _, sig := range []syscall.Signal{unix.SIGPWR, 37} {
 		t.Run(signals.Name(sig), func(t *testing.T) {
 			d := &fakeDrainer{drained: make(chan struct{})}
-			h := newHarness(t, func(c *Config) { c.Drain, c.DrainTimeout = d, time.Minute })
+			h := newHarness(t, func(c *Config) { c.Drain = d })
 			proxy, executor := h.pid(0), h.pid(1)
 			h.signal(sig)
 			h.wantPhase(draining)
@@ -414,10 +414,11 @@ type fakeDrainer struct {
 
 func (d *fakeDrainer) Drain() <-chan struct{} { d.begun++; return d.drained }
 func (d *fakeDrainer) Status() string         { return "fake" }
+func (d *fakeDrainer) Timeout() time.Duration { return time.Minute }
 
 func TestTheNodeDrainsBeforeTheExecutorGetsTerm(t *testing.T) {
 	d := &fakeDrainer{drained: make(chan struct{})}
-	h := newHarness(t, func(c *Config) { c.Drain, c.DrainTimeout = d, time.Minute })
+	h := newHarness(t, func(c *Config) { c.Drain = d })
 	executor := h.pid(1)
 	h.signal(unix.SIGTERM)
 	h.wantPhase(draining)
@@ -442,7 +443,7 @@ func TestADrainEndsAtItsTimeoutOrASecondTerm(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &fakeDrainer{drained: make(chan struct{})}
-			h := newHarness(t, func(c *Config) { c.Drain, c.DrainTimeout = d, time.Minute })
+			h := newHarness(t, func(c *Config) { c.Drain = d })
 			h.signal(unix.SIGINT)
 			h.advance(time.Minute - time.Millisecond)
 			h.wantPhase(draining)
@@ -455,7 +456,7 @@ func TestADrainEndsAtItsTimeoutOrASecondTerm(t *testing.T) {
 
 func TestAnExecutorThatEndsWhileTheNodeDrainsShutsDown(t *testing.T) {
 	d := &fakeDrainer{drained: make(chan struct{})}
-	h := newHarness(t, func(c *Config) { c.Drain, c.DrainTimeout = d, time.Minute })
+	h := newHarness(t, func(c *Config) { c.Drain = d })
 	h.signal(unix.SIGTERM)
 	h.exit(h.pid(1), exitCode(0))
 	h.wantPhase(shutdown)
