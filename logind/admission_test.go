@@ -1,0 +1,237 @@
+package logind
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+)
+
+// refused waits until the bus has refused want connections in all, and
+// returns its status.
+func refused(t *testing.T, b *Bus, want int) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s := b.Status()
+		if strings.Contains(s, " refusedConnections="+strconv.Itoa(want)) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not %d refusals within 10s: %s", want, s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestNobodyIsAdmittedBeforeTheExecutorRuns(t *testing.T) {
+	logs := captureLog(t)
+	b, err := listenWith(filepath.Join(t.TempDir(), "bus"), Options{}, defaultTunables())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if conn, err := dbus.Connect(b.Address()); err == nil {
+		conn.Close()
+		t.Fatal("a client was admitted before the executor ran")
+	}
+	refused(t, b, 1)
+	if l := logs.lines("Refused a D-Bus connection", "the executor has not started"); len(l) != 1 {
+		t.Errorf("log: %q", l)
+	}
+}
+
+// The executor's descendants are admitted, the process above it is not.
+func TestTheExecutorsTreeIsAdmittedAndNothingAbove(t *testing.T) {
+	logs := captureLog(t)
+	b := listen(t, Options{})
+	// The executor is a shell; the kubelet is its child, not the shell
+	// itself (the shell waits for it rather than exec it).
+	executor := exec.Command("sh", "-c", `"$0" -test.run='^$'; true`, os.Args[0])
+	executor.Env = append(os.Environ(), helperRole+"=kubelet", helperBus+"="+b.path)
+	h := &helper{t: t, cmd: executor}
+	var err error
+	if h.stdin, err = executor.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := executor.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.out = bufio.NewReader(stdout)
+	if err := executor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.stop)
+	if err := b.AdmitExecutor(executor.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.start(); r != "locked" {
+		t.Fatalf("the executor's child: %s", r)
+	}
+	// The test process is the executor's parent: outside its tree.
+	if conn, err := dbus.Connect(b.Address()); err == nil {
+		conn.Close()
+		t.Fatal("the executor's parent was admitted")
+	}
+	refused(t, b, 1)
+	if l := logs.lines("Refused a D-Bus connection", "not the executor or below it"); len(l) != 1 {
+		t.Errorf("log: %q", l)
+	}
+	if s := b.Status(); !strings.Contains(s, `inhibitors=1 [who="kubelet"`) {
+		t.Errorf("status: %s", s)
+	}
+}
+
+// A process that gets the pid of an executor that has ended is not the
+// executor: the bus holds the executor's pidfd, not its pid.
+func TestAnExecutorThatEndedAdmitsNobodyThatReusesItsPid(t *testing.T) {
+	logs := captureLog(t)
+	b := listen(t, Options{})
+	executor := exec.Command("sleep", "60")
+	if err := executor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := executor.Process.Pid
+	if err := b.AdmitExecutor(pid); err != nil {
+		t.Fatal(err)
+	}
+	executor.Process.Kill()
+	executor.Wait()
+	// A kubelet with the executor's pid: the kernel hands out the pid
+	// after ns_last_pid, unless another process of the machine takes it
+	// first, so try a few times.
+	var h *helper
+	for try := 0; try < 20 && h == nil; try++ {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
+			t.Fatalf("cannot choose the next pid (root needed): %v", err)
+		}
+		h = startHelper(t, "kubelet", b.path, 0)
+		if h.pid() != pid {
+			h.stop()
+			h = nil
+		}
+	}
+	if h == nil {
+		t.Fatalf("could not start a process with pid %d in 20 tries", pid)
+	}
+	if r := h.start(); r == "locked" {
+		t.Fatal("a process with the ended executor's pid took a lock")
+	}
+	refused(t, b, 1)
+	if l := logs.lines("Refused a D-Bus connection", "the executor has ended"); len(l) != 1 {
+		t.Errorf("log: %q", l)
+	}
+}
+
+// One process has at most maxConnsPerPeer connections.
+func TestOneProcessHasAtMostFourConnections(t *testing.T) {
+	b := listen(t, Options{})
+	for range maxConnsPerPeer {
+		c := dialRaw(t, b)
+		c.auth()
+		c.hello()
+	}
+	fifth := dialRaw(t, b)
+	fifth.closedByServer()
+	if s := refused(t, b, 1); !strings.HasPrefix(s, "connections=4 ") {
+		t.Errorf("status: %s", s)
+	}
+}
+
+// Connections that never say Hello are dropped, and meanwhile the
+// executor itself still connects: the kubelet, when it is the executor,
+// has its slot whatever its descendants hold.
+func TestIdleConnectionsAreDroppedAndTheExecutorAlwaysConnects(t *testing.T) {
+	const hello = 2 * time.Second
+	b := listen(t, Options{}, func(tun *tunables) { tun.helloTimeout = hello })
+	// Nine processes below the executor (the test process) open four
+	// connections each, authenticate and say nothing more: more than the
+	// bus serves.
+	start := time.Now()
+	connected := 0
+	for range 9 {
+		r := startHelper(t, "idle", b.path, maxConnsPerPeer).start()
+		n, err := strconv.Atoi(strings.TrimPrefix(r, "connected="))
+		if err != nil {
+			t.Fatal(r)
+		}
+		connected += n
+	}
+	if connected != maxConns {
+		t.Errorf("%d idle connections authenticated, want %d", connected, maxConns)
+	}
+	if s := refused(t, b, 9*maxConnsPerPeer-maxConns); !strings.HasPrefix(s, "connections=32 ") {
+		t.Fatalf("status with the idle connections: %s", s)
+	}
+	conn := connect(t, b)
+	if _, err := (kubelet{conn}).inhibitShutdown(); err != nil {
+		t.Fatalf("the executor, with every slot taken: %v", err)
+	}
+	if time.Since(start) >= hello {
+		t.Fatalf("the test took %v to get here, longer than the Hello timeout", time.Since(start))
+	}
+	// Then the silent ones are dropped, and a kubelet below the executor
+	// connects.
+	deadline := time.Now().Add(hello + 10*time.Second)
+	for !strings.HasPrefix(b.Status(), "connections=1 ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle connections still there: %s", b.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := startHelper(t, "kubelet", b.path, 0).start(); r != "locked" {
+		t.Errorf("a kubelet after the idle connections went: %s", r)
+	}
+}
+
+// A connection that said Hello and waits for nothing (no match rule) is
+// dropped after idleTimeout; one with a match rule stays.
+func TestAConnectionThatWaitsForNothingIsDroppedWhenIdle(t *testing.T) {
+	b := listen(t, Options{}, func(tun *tunables) { tun.idleTimeout = 300 * time.Millisecond })
+	idle, waiting := dialRaw(t, b), dialRaw(t, b)
+	for _, c := range []*raw{idle, waiting} {
+		c.auth()
+		c.hello()
+	}
+	waiting.call(2, busName, busPath, busName, "AddMatch", "type='signal',member='PrepareForShutdown'")
+	if m := waiting.message(); m.Type != dbus.TypeMethodReply {
+		t.Fatalf("AddMatch: %v", m)
+	}
+	idle.closedByServer()
+	time.Sleep(600 * time.Millisecond)
+	waiting.call(3, logindName, logindPath, propertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
+	if m := waiting.message(); m.Type != dbus.TypeMethodReply {
+		t.Errorf("the connection with a match rule: %v", m)
+	}
+}
+
+// One process takes at most maxInhibitorsPerPeer locks; a crowd of them at
+// most maxInhibitors; the executor itself takes its lock whatever they
+// hold.
+func TestLockHogsLeaveTheExecutorItsLock(t *testing.T) {
+	b := listen(t, Options{})
+	if r := startHelper(t, "hog", b.path, 0).start(); r != "locks=4 refused="+errLimitsExceeded {
+		t.Fatalf("one hog: %s", r)
+	}
+	for i := 1; i < maxInhibitors/maxInhibitorsPerPeer; i++ {
+		if r := startHelper(t, "hog", b.path, 0).start(); r != "locks=4 refused="+errLimitsExceeded {
+			t.Fatalf("hog %d: %s", i, r)
+		}
+	}
+	if r := startHelper(t, "hog", b.path, 0).start(); r != "locks=0 refused="+errLimitsExceeded {
+		t.Fatalf("the hog after %d locks: %s", maxInhibitors, r)
+	}
+	if _, err := (kubelet{connect(t, b)}).inhibitShutdown(); err != nil {
+		t.Errorf("the executor, with %d locks held by others: %v", maxInhibitors, err)
+	}
+	if s := b.Status(); !strings.HasPrefix(s, "connections=") || !strings.Contains(s, " inhibitors=65 ") {
+		t.Errorf("status: %.100s", s)
+	}
+}
