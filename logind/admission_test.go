@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 // refused waits until the bus has refused want connections in all, and
@@ -42,6 +44,7 @@ func TestNobodyIsAdmittedBeforeTheExecutorRuns(t *testing.T) {
 		t.Fatal("a client was admitted before the executor ran")
 	}
 	refused(t, b, 1)
+	logs.waitFor(t, "Refused a D-Bus connection", "the executor has not started")
 	if l := logs.lines("Refused a D-Bus connection", "the executor has not started"); len(l) != 1 {
 		t.Errorf("log: %q", l)
 	}
@@ -81,6 +84,7 @@ func TestTheExecutorsTreeIsAdmittedAndNothingAbove(t *testing.T) {
 		t.Fatal("the executor's parent was admitted")
 	}
 	refused(t, b, 1)
+	logs.waitFor(t, "Refused a D-Bus connection", "not the executor or below it")
 	if l := logs.lines("Refused a D-Bus connection", "not the executor or below it"); len(l) != 1 {
 		t.Errorf("log: %q", l)
 	}
@@ -92,6 +96,7 @@ func TestTheExecutorsTreeIsAdmittedAndNothingAbove(t *testing.T) {
 // A process that gets the pid of an executor that has ended is not the
 // executor: the bus holds the executor's pidfd, not its pid.
 func TestAnExecutorThatEndedAdmitsNobodyThatReusesItsPid(t *testing.T) {
+	testenv.RequireRoot(t) // to choose the next pid
 	logs := captureLog(t)
 	b := listen(t, Options{})
 	executor := exec.Command("sleep", "60")
@@ -110,7 +115,7 @@ func TestAnExecutorThatEndedAdmitsNobodyThatReusesItsPid(t *testing.T) {
 	var h *helper
 	for try := 0; try < 20 && h == nil; try++ {
 		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
-			t.Fatalf("cannot choose the next pid (root needed): %v", err)
+			t.Fatalf("cannot choose the next pid: %v", err)
 		}
 		h = startHelper(t, "kubelet", b.path, 0)
 		if h.pid() != pid {
@@ -125,6 +130,7 @@ func TestAnExecutorThatEndedAdmitsNobodyThatReusesItsPid(t *testing.T) {
 		t.Fatal("a process with the ended executor's pid took a lock")
 	}
 	refused(t, b, 1)
+	logs.waitFor(t, "Refused a D-Bus connection", "the executor has ended")
 	if l := logs.lines("Refused a D-Bus connection", "the executor has ended"); len(l) != 1 {
 		t.Errorf("log: %q", l)
 	}
@@ -149,7 +155,7 @@ func TestOneProcessHasAtMostFourConnections(t *testing.T) {
 // executor itself still connects: the kubelet, when it is the executor,
 // has its slot whatever its descendants hold.
 func TestIdleConnectionsAreDroppedAndTheExecutorAlwaysConnects(t *testing.T) {
-	const hello = 2 * time.Second
+	const hello = 4 * time.Second
 	b := listen(t, Options{}, func(tun *tunables) { tun.helloTimeout = hello })
 	// Nine processes below the executor (the test process) open four
 	// connections each, authenticate and say nothing more: more than the

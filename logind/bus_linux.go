@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -36,6 +37,10 @@ const (
 	// maxInhibitors bounds the delay locks held at once, again those of
 	// the executor process itself aside.
 	maxInhibitors = 64
+	// maxAcceptLoops bounds the goroutines that take connections off the
+	// backlog, one per CPU nodeinit may use: a flooder that connects from
+	// two threads at once is outrun by two loops, not by one.
+	maxAcceptLoops = 4
 	// acceptRetry is the pause after a failed accept (EMFILE and the
 	// like), so that a lasting failure does not spin.
 	acceptRetry = 100 * time.Millisecond
@@ -101,12 +106,13 @@ type Bus struct {
 	tun  tunables
 	log  *clientLog
 	ln   *net.UnixListener
-	// backlog is the listening socket again, as a file in Go's poller:
-	// a net.UnixListener cannot wait for readiness without accepting
-	// itself, and accept calls accept4 itself.
-	backlog *os.File
-	guid    string
-	serial  atomic.Uint32
+	// backlogs are the listening socket again, one descriptor per accept
+	// loop, each a file in Go's poller: a net.UnixListener cannot wait
+	// for readiness without accepting itself, and accept calls accept4
+	// itself.
+	backlogs []*os.File
+	guid     string
+	serial   atomic.Uint32
 
 	wg   sync.WaitGroup // every goroutine of the bus
 	done chan struct{}  // closed by Close
@@ -152,15 +158,20 @@ func listenWith(path string, opts Options, tun tunables) (*Bus, error) {
 		ln.Close()
 		return nil, fmt.Errorf("logind: %w", err)
 	}
-	backlog, err := ln.File()
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("logind: %w", err)
-	}
 	b := newBus(path, opts, tun)
-	b.ln, b.backlog = ln, backlog
-	b.wg.Add(1)
-	go b.accept()
+	b.ln = ln
+	for range min(runtime.GOMAXPROCS(0), maxAcceptLoops) {
+		backlog, err := ln.File()
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("logind: %w", err)
+		}
+		b.backlogs = append(b.backlogs, backlog)
+	}
+	for _, backlog := range b.backlogs {
+		b.wg.Add(1)
+		go b.accept(backlog)
+	}
 	klog.V(1).InfoS("Serving logind's shutdown inhibitors on a D-Bus socket", "socket", path, "inhibitDelayMax", opts.InhibitDelayMax)
 	return b, nil
 }
@@ -209,9 +220,9 @@ func (b *Bus) Address() string {
 // a handful of system calls and nothing of Go's poller: a process that
 // connects in a loop must not fill the backlog, where the kubelet's one
 // connect would find no room and fail.
-func (b *Bus) accept() {
+func (b *Bus) accept(backlog *os.File) {
 	defer b.wg.Done()
-	rc, err := b.backlog.SyscallConn()
+	rc, err := backlog.SyscallConn()
 	if err != nil {
 		klog.ErrorS(err, "Cannot accept D-Bus connections", "socket", b.path)
 		return
@@ -455,7 +466,10 @@ func (b *Bus) Close() error {
 
 	var err error
 	if b.ln != nil {
-		err = errors.Join(b.ln.Close(), b.backlog.Close())
+		err = b.ln.Close()
+		for _, backlog := range b.backlogs {
+			err = errors.Join(err, backlog.Close())
+		}
 	}
 	for _, c := range conns {
 		c.close()

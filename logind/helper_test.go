@@ -214,6 +214,18 @@ func (l *logLines) lines(subs ...string) []string {
 	return out
 }
 
+// waitFor waits, at most 10s, for a line that contains every one of subs.
+func (l *logLines) waitFor(t *testing.T, subs ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(l.lines(subs...)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line with %q within 10s", subs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func captureLog(t *testing.T) *logLines {
 	l := &logLines{}
 	klog.LogToStderr(false)

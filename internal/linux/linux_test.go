@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 // SendAll writes with MSG_NOSIGNAL: a peer that has gone away fails the
@@ -118,9 +120,7 @@ func TestPeerCredAndPeerPidfdNameThePeer(t *testing.T) {
 			t.Errorf("PeerCred = %+v, %v; want pid %d uid %d", cred, err, os.Getpid(), os.Getuid())
 		}
 		pidfd, err := PeerPidfd(fd)
-		if errors.Is(err, unix.ENOPROTOOPT) && os.Getenv("CI") != "true" {
-			t.Skipf("the kernel has no SO_PEERPIDFD (Linux 6.5): %v", err)
-		}
+		testenv.Require(t, !errors.Is(err, unix.ENOPROTOOPT), "a kernel with SO_PEERPIDFD (Linux 6.5)")
 		if err != nil {
 			t.Fatal(err)
 		}
