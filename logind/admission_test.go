@@ -2,6 +2,7 @@ package logind
 
 import (
 	"bufio"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
@@ -134,6 +136,60 @@ func TestAnExecutorThatEndedAdmitsNobodyThatReusesItsPid(t *testing.T) {
 	if l := logs.lines("Refused a D-Bus connection", "the executor has ended"); len(l) != 1 {
 		t.Errorf("log: %q", l)
 	}
+}
+
+// A connection whose peer has ended by the time it is checked is refused,
+// though the walk from its pid finds the executor: the pid may be another
+// process's by then. The peer here is a zombie, so its pid still leads to
+// the executor, and only its pidfd says it has ended.
+func TestAPeerThatEndedBeforeItsCheckIsRefused(t *testing.T) {
+	logs := captureLog(t)
+	dir := t.TempDir()
+	// A listener of the test's own, so that the connection waits, unchecked,
+	// until the peer has ended.
+	path := filepath.Join(dir, "backlog")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	b := newBus(filepath.Join(dir, "bus"), Options{}, defaultTunables())
+	defer b.Close()
+	if err := b.AdmitExecutor(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	h := startHelper(t, "dial", path, 0)
+	if r := h.start(); r != "dialled" {
+		t.Fatal(r)
+	}
+	// Ended, not reaped: a zombie below the test process.
+	for {
+		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(h.pid()), "stat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(stat), ") Z ") {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	nc, err := ln.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := nc.File()
+	nc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.admit(fd)
+	refused(t, b, 1)
+	logs.waitFor(t, "Refused a D-Bus connection", "the process ended before it was checked")
 }
 
 // One process has at most maxConnsPerPeer connections.

@@ -87,6 +87,14 @@ func runHelper(role string) int {
 			keep = append(keep, c)
 		}
 		fmt.Printf("connected=%d\n", len(keep))
+	case "dial":
+		// Connect, and end at once: the connection outlives its peer.
+		if _, err := net.Dial("unix", path); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		fmt.Println("dialled")
+		return 0
 	case "hog":
 		// As many delay locks as the bus gives, on one connection.
 		conn, err := dbus.Connect("unix:path=" + dbus.EscapeBusAddressValue(path))
