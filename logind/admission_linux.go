@@ -22,8 +22,9 @@ import (
 // with a zero timeout. A process refused once is remembered by its pidfd
 // for as long as it lives, so that one that connects in a loop costs a
 // poll per connection, not a walk: a process outside the executor's tree
-// never comes into it (a parent is never replaced but by an ancestor
-// subreaper or init, and the executor's tree is younger than the process).
+// never comes into it (when its parent ends, the kernel gives it to a
+// subreaper above it or to init, never to a process below the executor).
+// A new executor (AdmitExecutor) starts the memory afresh.
 
 // Limits per peer process: they keep one process, or a handful, from
 // taking what the kubelet needs.
@@ -70,9 +71,16 @@ func (b *Bus) AdmitExecutor(pid int) error {
 		old = b.executor
 		b.executor = executor{pidfd: -1}
 	}
+	pidfds := []int{old.pidfd}
+	for p, fd := range b.refused {
+		pidfds = append(pidfds, fd)
+		delete(b.refused, p)
+	}
 	b.mu.Unlock()
-	if old.pidfd >= 0 {
-		unix.Close(old.pidfd)
+	for _, fd := range pidfds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 	}
 	return nil
 }

@@ -118,13 +118,14 @@
 // client that does not take a write within 10 s is dropped.
 //
 // Writes go out through the socket's raw descriptor with sendmsg and
-// MSG_NOSIGNAL (internal/linux.SendAll). A plain write to a peer that has gone away makes the kernel
-// raise SIGPIPE in the writer; in nodeinit, which catches signals by name
-// and forwards them to the executor, that would be a signal of its own
-// making, delivered or forwarded whenever SIGPIPE is ever caught. With
-// MSG_NOSIGNAL the kernel raises none, and the write fails with EPIPE,
-// which ends that one connection. Reads are plain read(2): any fd a client
-// passes is closed by the kernel, since the bus has no use for one.
+// MSG_NOSIGNAL (internal/linux.SendAll). A plain write to a peer that has
+// gone away makes the kernel raise SIGPIPE in the writer; in nodeinit,
+// which catches signals by name and forwards them to the executor, that
+// would be a signal of its own making, delivered or forwarded whenever
+// SIGPIPE is ever caught. With MSG_NOSIGNAL the kernel raises none, and the
+// write fails with EPIPE, which ends that one connection. Reads are plain
+// read(2): any fd a client passes is closed by the kernel, since the bus has
+// no use for one.
 //
 // An inhibitor's pipe is made with O_CLOEXEC and its write end is closed in
 // nodeinit as soon as it is sent, so the lock's lifetime is the client's
