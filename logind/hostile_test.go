@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -25,7 +26,12 @@ import (
 // kubelet nothing, and nodeinit's log a few lines.
 func TestAConnectFloodFromOutsideTheTreeDoesNotCostTheKubeletItsLock(t *testing.T) {
 	logs := captureLog(t)
-	b := listen(t, Options{})
+	// Not listen: the test process is not the executor here.
+	b, err := listenWith(filepath.Join(t.TempDir(), "bus"), Options{}, defaultTunables())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
 	// The test process floods, as one process looping connect() does;
 	// each kubelet is a helper, made the executor, so the flood comes from
 	// outside its tree.
@@ -76,10 +82,11 @@ func TestAConnectFloodFromOutsideTheTreeDoesNotCostTheKubeletItsLock(t *testing.
 	if locked != runs {
 		t.Errorf("the kubelet got its lock %d of %d times under the flood", locked, runs)
 	}
-	// The first refusal, then a summary at most every logInterval: a few
-	// lines for the whole flood, whatever its rate.
-	if len(refusals) > 3 {
-		t.Errorf("%d log lines about refusals in %v:\n%s", len(refusals), elapsed, strings.Join(refusals[:10], "\n"))
+	// The first refusal, then a summary at most every logInterval (30s):
+	// a line or two for the whole flood, whatever its rate; and one line
+	// for the first lock taken and one for the first released.
+	if len(refusals) > 2 || len(all) > 6 {
+		t.Errorf("%d log lines, %d about refusals, in %v:\n%s", len(all), len(refusals), elapsed, strings.Join(all[:min(len(all), 10)], "\n"))
 	}
 	if connects.Load() < 1000 {
 		t.Errorf("only %d connects: the flood did not flood", connects.Load())
