@@ -108,7 +108,7 @@ func (b *Bus) admitted(fd int, cred unix.Ucred) (bool, string) {
 	if why != "" {
 		return false, why
 	}
-	pidfd, err := linux.PeerPidfd(fd)
+	pidfd, err := b.tun.peerPidfd(fd)
 	switch {
 	case errors.Is(err, unix.ENOPROTOOPT):
 		// Before Linux 6.5: the pid alone, checked as well as it can be.

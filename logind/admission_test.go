@@ -182,6 +182,45 @@ func TestAPeerThatEndedBeforeItsCheckIsRefused(t *testing.T) {
 	logs.waitFor(t, "Refused a D-Bus connection", "the process ended before it was checked")
 }
 
+// On a kernel without SO_PEERPIDFD the admission is the walk from the
+// peer's pid alone: the executor's tree is admitted, the rest refused, and
+// a refused process, which cannot be told from a later one with its pid,
+// is walked again each time.
+func TestWithoutPeerPidfdsTheWalkAloneDecides(t *testing.T) {
+	logs := captureLog(t)
+	b := listen(t, Options{}, func(tun *tunables) {
+		tun.peerPidfd = func(int) (int, error) { return -1, os.NewSyscallError("getsockopt SO_PEERPIDFD", unix.ENOPROTOOPT) }
+	})
+	if _, err := (kubelet{connect(t, b)}).inhibitShutdown(); err != nil {
+		t.Fatalf("the executor: %v", err)
+	}
+	executor := exec.Command("sleep", "60")
+	if err := executor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		executor.Process.Kill()
+		executor.Wait()
+	}()
+	if err := b.AdmitExecutor(executor.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		if conn, err := dbus.Connect(b.Address()); err == nil {
+			conn.Close()
+			t.Fatal("the executor's parent was admitted")
+		}
+		refused(t, b, i)
+	}
+	logs.waitFor(t, "Refused a D-Bus connection", "not the executor or below it")
+	b.mu.Lock()
+	remembered := len(b.refused)
+	b.mu.Unlock()
+	if remembered != 0 {
+		t.Errorf("%d processes remembered without a pidfd", remembered)
+	}
+}
+
 // One process has at most maxConnsPerPeer connections.
 func TestOneProcessHasAtMostFourConnections(t *testing.T) {
 	b := listen(t, Options{})

@@ -81,6 +81,9 @@ type tunables struct {
 	logInterval time.Duration
 	// procRoot is the proc filesystem the admission walks.
 	procRoot string
+	// peerPidfd is the kernel's SO_PEERPIDFD (linux.PeerPidfd), which
+	// kernels before 6.5 refuse with ENOPROTOOPT.
+	peerPidfd func(fd int) (int, error)
 	// now is the clock.
 	now func() time.Time
 	// afterRelease, when set, is called after an inhibitor is released.
@@ -94,6 +97,7 @@ func defaultTunables() tunables {
 		writeTimeout: 10 * time.Second,
 		logInterval:  30 * time.Second,
 		procRoot:     "/proc",
+		peerPidfd:    linux.PeerPidfd,
 		now:          time.Now,
 	}
 }
