@@ -294,24 +294,6 @@ func (b *Bus) admit(fd int) {
 		return
 	}
 
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	pid := cred.Pid
-	why := ""
-	own := int(pid) == b.executor.pid
-	switch {
-	case b.closed:
-		return
-	case b.connsOf[pid] >= maxConnsPerPeer:
-		why = fmt.Sprintf("the process has %d open, the most one may have", b.connsOf[pid])
-	case !own && len(b.conns)-b.connsOf[int32(b.executor.pid)] >= maxConns:
-		why = fmt.Sprintf("%d are open, the most the bus serves", maxConns)
-	}
-	if why != "" {
-		b.refusals++
-		b.log.info("Refused a D-Bus connection: too many open", "pid", pid, "uid", cred.Uid, "reason", why)
-		return
-	}
 	// Into Go's poller, for the connection's reader and writer.
 	f := os.NewFile(uintptr(fd), "dbus")
 	fc, err := net.FileConn(f)
@@ -328,11 +310,35 @@ func (b *Bus) admit(fd int) {
 		b.log.error(err, "Could not serve a D-Bus connection", "socket", b.path)
 		return
 	}
+
+	pid := cred.Pid
+	why := ""
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		nc.Close()
+		return
+	}
+	own := int(pid) == b.executor.pid
+	switch {
+	case b.connsOf[pid] >= maxConnsPerPeer:
+		why = fmt.Sprintf("the process has %d open, the most one may have", b.connsOf[pid])
+	case !own && len(b.conns)-b.connsOf[int32(b.executor.pid)] >= maxConns:
+		why = fmt.Sprintf("%d are open, the most the bus serves", maxConns)
+	}
+	if why != "" {
+		b.refusals++
+		b.mu.Unlock()
+		nc.Close()
+		b.log.info("Refused a D-Bus connection: too many open", "pid", pid, "uid", cred.Uid, "reason", why)
+		return
+	}
 	b.connID++
 	c := newConn(b, nc, rc, b.connID, cred, accepted)
 	b.conns[c] = struct{}{}
 	b.connsOf[pid]++
 	b.wg.Add(1)
+	b.mu.Unlock()
 	go c.serve()
 }
 
