@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +19,8 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // DefaultInhibitDelayMax is the delay reported when Options leave it unset:
@@ -25,13 +29,18 @@ const DefaultInhibitDelayMax = 5 * time.Second
 
 // Limits of the bus as a whole.
 const (
-	// maxConns bounds the connections open at once. The kubelet keeps one
-	// (godbus's shared system bus connection).
+	// maxConns bounds the connections open at once, those of the executor
+	// process itself aside: the kubelet, when it is the executor, always
+	// finds a slot for its one connection (godbus's shared system bus
+	// connection), however many its descendants hold.
 	maxConns = 32
-	// maxInhibitors bounds the delay locks held at once. The kubelet holds
-	// one, two for a moment when it takes a new one before releasing the
-	// old.
+	// maxInhibitors bounds the delay locks held at once, again those of
+	// the executor process itself aside.
 	maxInhibitors = 64
+	// maxAcceptLoops bounds the goroutines that take connections off the
+	// backlog, one per CPU nodeinit may use: a flooder that connects from
+	// two threads at once is outrun by two loops, not by one.
+	maxAcceptLoops = 4
 	// acceptRetry is the pause after a failed accept (EMFILE and the
 	// like), so that a lasting failure does not spin.
 	acceptRetry = 100 * time.Millisecond
@@ -50,12 +59,6 @@ type Options struct {
 	// with a logind drop-in and a reload (InhibitDelayMax is then the
 	// delay in force). Zero means DefaultInhibitDelayMax.
 	InhibitDelayMax time.Duration
-	// Allow decides, from the credentials the kernel gives for a new
-	// connection (SO_PEERCRED: pid, uid and gid at connect time), whether
-	// that process may use the bus. It is required. It runs on the bus's
-	// goroutines, possibly several at once, and may take its time: no
-	// caller of the Bus waits for it.
-	Allow func(unix.Ucred) bool
 	// ConfigRoot is the root under which logind's configuration
 	// (etc/systemd/logind.conf and the logind.conf.d drop-ins) is read
 	// when a client reloads logind; "" is "/".
@@ -66,41 +69,93 @@ type Options struct {
 	Upstream string
 }
 
+// tunables are the bus's timeouts and what it takes from its
+// surroundings: Listen uses defaultTunables, the tests their own through
+// listenWith.
+type tunables struct {
+	// helloTimeout bounds the time from accept to Hello answered: the
+	// handshake (four local lines) and one call. A connection that has
+	// not said Hello by then is dropped, so that a peer cannot hold a
+	// slot by saying nothing.
+	helloTimeout time.Duration
+	// idleTimeout drops a connection that has no match rule and has sent
+	// nothing for this long: it is waiting for nothing the bus would ever
+	// send. The kubelet's connection has its rule for PrepareForShutdown.
+	idleTimeout time.Duration
+	// writeTimeout bounds each write to a peer. A peer that has not read
+	// for this long while its socket buffer is full is dropped.
+	writeTimeout time.Duration
+	// logInterval is how often, at most, a kind of event a client causes
+	// is logged at Info (see clientLog).
+	logInterval time.Duration
+	// procRoot is the proc filesystem the admission walks.
+	procRoot string
+	// peerPidfd is the kernel's SO_PEERPIDFD (linux.PeerPidfd), which
+	// kernels before 6.5 refuse with ENOPROTOOPT.
+	peerPidfd func(fd int) (int, error)
+	// now is the clock.
+	now func() time.Time
+	// afterRelease, when set, is called after an inhibitor is released.
+	afterRelease func()
+}
+
+func defaultTunables() tunables {
+	return tunables{
+		helloTimeout: 10 * time.Second,
+		idleTimeout:  time.Minute,
+		writeTimeout: 10 * time.Second,
+		logInterval:  30 * time.Second,
+		procRoot:     "/proc",
+		peerPidfd:    linux.PeerPidfd,
+		now:          time.Now,
+	}
+}
+
 // Bus is a listening bus. Its methods may be called from any goroutine and
 // return at once.
 type Bus struct {
-	path   string
-	opts   Options
-	ln     *net.UnixListener
-	guid   string
-	serial atomic.Uint32
-	logind *logindState // the delay in force, changed by a reload
+	path string
+	opts Options
+	tun  tunables
+	log  *clientLog
+	ln   *net.UnixListener
+	// backlogs are the listening socket again, one descriptor per accept
+	// loop, each a file in Go's poller: a net.UnixListener cannot wait
+	// for readiness without accepting itself, and accept calls accept4
+	// itself.
+	backlogs []*os.File
+	guid     string
+	serial   atomic.Uint32
+	logind   *logindState // the delay in force, changed by a reload
 
 	wg   sync.WaitGroup // every goroutine of the bus
 	done chan struct{}  // closed by Close
 
 	mu            sync.Mutex
 	closed        bool
+	executor      executor
+	refused       map[int]int // pid -> pidfd of processes refused before
+	refusals      uint64
 	conns         map[*conn]struct{}
+	connsOf       map[int32]int // open connections by peer pid
 	connID        uint64
 	inhibitors    map[*inhibitor]struct{}
 	inhibitorID   uint64
 	drained       chan struct{} // made by the first PrepareForShutdown
 	drainedClosed bool
 	preparedAt    time.Time
-
-	// afterRelease, when set (by tests), is called after an inhibitor is
-	// released.
-	afterRelease func()
 }
 
 // Listen creates the unix socket at path (replacing a socket left there by
 // an earlier run, never another kind of file), makes it reachable by its
 // owner only, and serves the bus on it until Close.
+//
+// Nobody may use the bus until AdmitExecutor names the executor.
 func Listen(path string, opts Options) (*Bus, error) {
-	if opts.Allow == nil {
-		return nil, errors.New("logind: Options.Allow is required: it decides which processes may use the bus")
-	}
+	return listenWith(path, opts, defaultTunables())
+}
+
+func listenWith(path string, opts Options, tun tunables) (*Bus, error) {
 	if opts.InhibitDelayMax <= 0 {
 		opts.InhibitDelayMax = DefaultInhibitDelayMax
 	}
@@ -117,22 +172,37 @@ func Listen(path string, opts Options) (*Bus, error) {
 		ln.Close()
 		return nil, fmt.Errorf("logind: %w", err)
 	}
-	b := newBus(path, opts)
+	b := newBus(path, opts, tun)
 	b.ln = ln
-	b.wg.Add(1)
-	go b.accept()
+	for range min(runtime.GOMAXPROCS(0), maxAcceptLoops) {
+		backlog, err := ln.File()
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("logind: %w", err)
+		}
+		b.backlogs = append(b.backlogs, backlog)
+	}
+	for _, backlog := range b.backlogs {
+		b.wg.Add(1)
+		go b.accept(backlog)
+	}
 	klog.V(1).InfoS("Serving logind's shutdown inhibitors on a D-Bus socket", "socket", path, "inhibitDelayMax", opts.InhibitDelayMax)
 	return b, nil
 }
 
-func newBus(path string, opts Options) *Bus {
+func newBus(path string, opts Options, tun tunables) *Bus {
 	return &Bus{
 		path:       path,
 		opts:       opts,
+		tun:        tun,
+		log:        newClientLog(tun.logInterval),
 		logind:     newLogindState(opts),
 		guid:       fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
 		done:       make(chan struct{}),
+		executor:   executor{pidfd: -1},
+		refused:    make(map[int]int),
 		conns:      make(map[*conn]struct{}),
+		connsOf:    make(map[int32]int),
 		inhibitors: make(map[*inhibitor]struct{}),
 	}
 }
@@ -159,56 +229,138 @@ func (b *Bus) Address() string {
 	return "unix:path=" + dbus.EscapeBusAddressValue(b.path)
 }
 
-func (b *Bus) accept() {
+// accept takes connections off the socket's backlog as fast as they come,
+// and admits or refuses each before it takes the next. It calls accept4
+// itself, on the listener's descriptor, so that a refused connection costs
+// a handful of system calls and nothing of Go's poller: a process that
+// connects in a loop must not fill the backlog, where the kubelet's one
+// connect would find no room and fail.
+func (b *Bus) accept(backlog *os.File) {
 	defer b.wg.Done()
+	rc, err := backlog.SyscallConn()
+	if err != nil {
+		klog.ErrorS(err, "Cannot accept D-Bus connections", "socket", b.path)
+		return
+	}
 	for {
-		nc, err := b.ln.AcceptUnix()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
+		var aerr error
+		err := rc.Read(func(lfd uintptr) bool {
+			for {
+				select {
+				case <-b.done:
+					return true
+				default:
+				}
+				fd, err := linux.Accept4(int(lfd), unix.SOCK_NONBLOCK)
+				switch {
+				case err == nil:
+					b.admit(fd)
+				case errors.Is(err, unix.EAGAIN):
+					return false // wait in the poller for the next one
+				case errors.Is(err, unix.ECONNABORTED):
+				default:
+					aerr = err
+					return true
+				}
 			}
-			klog.ErrorS(err, "Could not accept a D-Bus connection", "socket", b.path)
-			t := time.NewTimer(acceptRetry)
-			select {
-			case <-t.C:
-			case <-b.done:
-				t.Stop()
-				return
-			}
-			continue
+		})
+		if err != nil || aerr == nil {
+			// Closed.
+			return
 		}
-		b.admit(nc)
+		b.log.error(aerr, "Could not accept a D-Bus connection", "socket", b.path)
+		t := time.NewTimer(acceptRetry)
+		select {
+		case <-t.C:
+		case <-b.done:
+			t.Stop()
+			return
+		}
 	}
 }
 
-// admit starts serving nc, unless the bus is closed or full.
-func (b *Bus) admit(nc *net.UnixConn) {
+// admit starts serving the connection fd if its peer may use the bus and
+// has a slot left; else it closes fd. Nothing of the peer's is read
+// before. fd is admit's from here on.
+func (b *Bus) admit(fd int) {
+	defer func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if p := recover(); p != nil {
+			b.log.error(fmt.Errorf("panic: %v", p), "Admitting a D-Bus connection failed; closed it", "stack", string(debug.Stack()))
+		}
+	}()
+	accepted := b.tun.now()
+	cred, err := linux.PeerCred(fd)
+	if err != nil {
+		b.log.error(err, "Could not tell who opened a D-Bus connection; closed it", "socket", b.path)
+		return
+	}
+	if ok, why := b.admitted(fd, cred); !ok {
+		b.mu.Lock()
+		b.refusals++
+		b.mu.Unlock()
+		b.log.info("Refused a D-Bus connection from a process that may not use this bus", "pid", cred.Pid, "uid", cred.Uid, "reason", why)
+		return
+	}
+
+	// Into Go's poller, for the connection's reader and writer.
+	f := os.NewFile(uintptr(fd), "dbus")
+	fc, err := net.FileConn(f)
+	f.Close()
+	fd = -1
+	if err != nil {
+		b.log.error(err, "Could not serve a D-Bus connection", "socket", b.path)
+		return
+	}
+	nc := fc.(*net.UnixConn)
+	rc, err := nc.SyscallConn()
+	if err != nil {
+		nc.Close()
+		b.log.error(err, "Could not serve a D-Bus connection", "socket", b.path)
+		return
+	}
+
+	pid := cred.Pid
+	why := ""
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		nc.Close()
 		return
 	}
-	if len(b.conns) >= maxConns {
+	own := int(pid) == b.executor.pid
+	switch {
+	case b.connsOf[pid] >= maxConnsPerPeer:
+		why = fmt.Sprintf("the process has %d open, the most one may have", b.connsOf[pid])
+	case !own && len(b.conns)-b.connsOf[int32(b.executor.pid)] >= maxConns:
+		why = fmt.Sprintf("%d are open, the most the bus serves", maxConns)
+	}
+	if why != "" {
+		b.refusals++
+		b.mu.Unlock()
 		nc.Close()
-		klog.InfoS("Refused a D-Bus connection: too many open", "socket", b.path, "connections", len(b.conns))
+		b.log.info("Refused a D-Bus connection: too many open", "pid", pid, "uid", cred.Uid, "reason", why)
 		return
 	}
 	b.connID++
-	c, err := newConn(b, nc, b.connID)
-	if err != nil {
-		nc.Close()
-		klog.ErrorS(err, "Could not serve a D-Bus connection", "socket", b.path)
-		return
-	}
+	c := newConn(b, nc, rc, b.connID, cred, accepted)
 	b.conns[c] = struct{}{}
+	b.connsOf[pid]++
 	b.wg.Add(1)
+	b.mu.Unlock()
 	go c.serve()
 }
 
 func (b *Bus) forget(c *conn) {
 	b.mu.Lock()
-	delete(b.conns, c)
+	if _, ok := b.conns[c]; ok {
+		delete(b.conns, c)
+		if b.connsOf[c.cred.Pid]--; b.connsOf[c.cred.Pid] <= 0 {
+			delete(b.connsOf, c.cred.Pid)
+		}
+	}
 	b.mu.Unlock()
 }
 
@@ -243,7 +395,7 @@ func (b *Bus) PrepareForShutdown() <-chan struct{} {
 		return ch
 	}
 	b.drained = make(chan struct{})
-	b.preparedAt = time.Now()
+	b.preparedAt = b.tun.now()
 	held := len(b.inhibitors)
 	if held == 0 {
 		close(b.drained)
@@ -281,7 +433,7 @@ func (b *Bus) PrepareForShutdown() <-chan struct{} {
 func (b *Bus) Status() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := time.Now()
+	now := b.tun.now()
 	var s strings.Builder
 	fmt.Fprintf(&s, "connections=%d inhibitors=%d", len(b.conns), len(b.inhibitors))
 	held := make([]*inhibitor, 0, len(b.inhibitors))
@@ -297,6 +449,7 @@ func (b *Bus) Status() string {
 	} else {
 		fmt.Fprintf(&s, " prepareForShutdown=sent-%s-ago", now.Sub(b.preparedAt).Round(time.Millisecond))
 	}
+	fmt.Fprintf(&s, " refusedConnections=%d", b.refusals)
 	return s.String()
 }
 
@@ -319,11 +472,25 @@ func (b *Bus) Close() error {
 	for in := range b.inhibitors {
 		held = append(held, in)
 	}
+	pidfds := []int{b.executor.pidfd}
+	b.executor = executor{pidfd: -1}
+	for pid, fd := range b.refused {
+		pidfds = append(pidfds, fd)
+		delete(b.refused, pid)
+	}
 	b.mu.Unlock()
+	for _, fd := range pidfds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
 
 	var err error
 	if b.ln != nil {
 		err = b.ln.Close()
+		for _, backlog := range b.backlogs {
+			err = errors.Join(err, backlog.Close())
+		}
 	}
 	for _, c := range conns {
 		c.close()
@@ -343,5 +510,6 @@ func (b *Bus) Close() error {
 	case <-t.C:
 		err = errors.Join(err, fmt.Errorf("logind: the bus's goroutines still run %v after Close", closeWait))
 	}
+	b.log.stop()
 	return err
 }

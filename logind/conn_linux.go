@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -19,18 +21,22 @@ import (
 
 // Limits of one connection.
 const (
-	// writeTimeout bounds each write to a peer. A peer that has not read
-	// for this long while its socket buffer is full is dropped.
-	writeTimeout = 10 * time.Second
-	// maxQueued and maxQueuedBytes bound what waits for a peer that does
-	// not read: beyond either, the connection is dropped.
+	// maxQueued and maxQueuedBytes bound the replies and signals waiting
+	// for a peer. While they are reached the bus reads nothing more from
+	// the peer (its calls wait in its socket), so a client that sends many
+	// calls before it reads the replies is slowed, not dropped; one that
+	// does not read at all is dropped by the writer's timeout.
 	maxQueued      = 64
 	maxQueuedBytes = 256 << 10
+	// repliesPerCall and maxReplyBytes bound what answering one message
+	// adds to the queue: Hello's reply and NameAcquired; an error text is
+	// clipped to maxErrorText.
+	repliesPerCall = 2
+	maxReplyBytes  = 4 << 10
+	// maxBroadcasts is what may come on top of a full queue: the one
+	// PrepareForShutdown.
+	maxBroadcasts = 1
 )
-
-// handshakeTimeout bounds the authentication exchange, from accept to
-// BEGIN: a local exchange of four lines. A variable for the tests.
-var handshakeTimeout = 10 * time.Second
 
 // outgoing is one encoded message waiting for the writer; fds go with it as
 // SCM_RIGHTS and are the bus's own, closed once sent or dropped.
@@ -44,11 +50,12 @@ type outgoing struct {
 // (writeLoop) sends what is queued. Nothing else touches the socket, so no
 // caller of the Bus ever waits on a peer.
 type conn struct {
-	bus  *Bus
-	nc   *net.UnixConn
-	raw  syscall.RawConn
-	id   uint64
-	cred unix.Ucred // set by serve before anything else reads it
+	bus      *Bus
+	nc       *net.UnixConn
+	raw      syscall.RawConn
+	id       uint64
+	cred     unix.Ucred // the peer, from SO_PEERCRED at accept
+	accepted time.Time
 
 	// unixFD: the peer agreed to unix fd passing. Reader goroutine only.
 	unixFD bool
@@ -63,15 +70,13 @@ type conn struct {
 	closed bool
 
 	wake chan struct{} // the queue has something (capacity 1)
+	room chan struct{} // the writer took something (capacity 1)
 	done chan struct{} // closed by close
 }
 
-func newConn(b *Bus, nc *net.UnixConn, id uint64) (*conn, error) {
-	raw, err := nc.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	return &conn{bus: b, nc: nc, raw: raw, id: id, wake: make(chan struct{}, 1), done: make(chan struct{})}, nil
+func newConn(b *Bus, nc *net.UnixConn, raw syscall.RawConn, id uint64, cred unix.Ucred, accepted time.Time) *conn {
+	return &conn{bus: b, nc: nc, raw: raw, id: id, cred: cred, accepted: accepted,
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // serve runs the connection to its end.
@@ -79,25 +84,28 @@ func (c *conn) serve() {
 	defer c.bus.wg.Done()
 	defer c.bus.forget(c)
 	defer c.close()
-	cred, err := peerCred(c.raw)
-	if err != nil {
-		klog.ErrorS(err, "Could not read a D-Bus peer's credentials; closing its connection", "socket", c.bus.path)
-		return
-	}
-	c.cred = cred
-	if !c.bus.opts.Allow(cred) {
-		klog.InfoS("Refused a D-Bus connection from a process that may not use this bus", "socket", c.bus.path, "pid", cred.Pid, "uid", cred.Uid, "gid", cred.Gid)
-		return
-	}
+	defer c.recovered("reading")
 	r := bufio.NewReaderSize(c.clientReader(), 4096)
+	// The handshake and Hello, within helloTimeout of the accept.
+	if err := c.nc.SetDeadline(c.accepted.Add(c.bus.tun.helloTimeout)); err != nil {
+		c.ended("authentication", err)
+		return
+	}
 	if err := c.authenticate(r); err != nil {
 		c.ended("authentication", err)
 		return
 	}
-	klog.V(1).InfoS("D-Bus client connected", "pid", cred.Pid, "uid", cred.Uid, "unixFD", c.unixFD)
+	klog.V(1).InfoS("D-Bus client connected", "pid", c.cred.Pid, "uid", c.cred.Uid, "unixFD", c.unixFD)
 	c.bus.wg.Add(1)
 	go c.writeLoop()
 	for {
+		if !c.waitRoom() {
+			return
+		}
+		if err := c.setReadDeadline(); err != nil {
+			c.ended("reading", err)
+			return
+		}
 		raw, err := readMessage(r)
 		if err == nil {
 			var m *dbus.Message
@@ -112,20 +120,67 @@ func (c *conn) serve() {
 	}
 }
 
-// authenticate runs the handshake within handshakeTimeout, writing its
-// replies directly: the writer goroutine starts after it.
-func (c *conn) authenticate(r *bufio.Reader) error {
-	deadline := time.Now().Add(handshakeTimeout)
-	if err := c.nc.SetDeadline(deadline); err != nil {
-		return err
+// setReadDeadline bounds the wait for the next message: until Hello, the
+// deadline set at accept; after it, idleTimeout for a connection without a
+// match rule; none for one that waits for a signal.
+func (c *conn) setReadDeadline() error {
+	c.mu.Lock()
+	hello, waiting := c.name != "", len(c.rules) > 0
+	c.mu.Unlock()
+	switch {
+	case !hello:
+		return nil
+	case waiting:
+		return c.nc.SetReadDeadline(time.Time{})
+	default:
+		return c.nc.SetReadDeadline(c.bus.tun.now().Add(c.bus.tun.idleTimeout))
 	}
+}
+
+// waitRoom waits until the queue can take the answers to one more message,
+// or the connection closes (false). Meanwhile nothing is read from the
+// peer: that is the backpressure on a client that pipelines its calls.
+func (c *conn) waitRoom() bool {
+	for {
+		c.mu.Lock()
+		closed := c.closed
+		room := len(c.queue)+repliesPerCall <= maxQueued && c.queued+repliesPerCall*maxReplyBytes <= maxQueuedBytes
+		c.mu.Unlock()
+		if closed {
+			return false
+		}
+		if room {
+			return true
+		}
+		select {
+		case <-c.room:
+		case <-c.done:
+			return false
+		}
+	}
+}
+
+// recovered, deferred in each goroutine of a connection, turns a panic
+// into the end of that connection: a bug, logged with its stack, that
+// must not end PID 1.
+func (c *conn) recovered(during string) {
+	if p := recover(); p != nil {
+		c.close()
+		c.bus.log.error(fmt.Errorf("panic: %v", p), "A D-Bus connection failed; closed it", "pid", c.cred.Pid, "during", during, "stack", string(debug.Stack()))
+	}
+}
+
+// authenticate runs the handshake, within the deadline serve set, writing
+// its replies directly: the writer goroutine starts after it, and sets a
+// deadline of its own on each write.
+func (c *conn) authenticate(r *bufio.Reader) error {
 	a := &auth{uid: c.cred.Uid, guid: c.bus.guid}
-	err := a.run(r, func(line []byte) error { return sendAll(c.raw, line, nil) })
+	err := a.run(r, func(line []byte) error { return linux.SendAll(c.raw, line, nil) })
 	if err != nil {
 		return err
 	}
 	c.unixFD = a.unixFD
-	return c.nc.SetDeadline(time.Time{})
+	return c.nc.SetWriteDeadline(time.Time{})
 }
 
 // ended logs why a connection ends: quietly for a peer that hung up or a
@@ -140,8 +195,13 @@ func (c *conn) ended(during string, err error) {
 		klog.V(1).InfoS("D-Bus connection closed", kv...)
 	case errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET):
 		klog.V(1).InfoS("D-Bus client disconnected", kv...)
+	case errors.Is(err, os.ErrDeadlineExceeded) && name == "":
+		c.bus.log.info("Dropped a D-Bus connection that did not say Hello in time", append(kv, "timeout", c.bus.tun.helloTimeout)...)
+	case errors.Is(err, os.ErrDeadlineExceeded) && during == "reading":
+		klog.V(1).InfoS("Dropped an idle D-Bus connection", append(kv, "timeout", c.bus.tun.idleTimeout)...)
 	default:
-		klog.InfoS("Dropped a D-Bus connection", append(kv, "err", err)...)
+		// The error may quote what the client sent.
+		c.bus.log.info("Dropped a D-Bus connection", append(kv, "err", clipTo(err.Error(), maxErrorText))...)
 	}
 }
 
@@ -153,15 +213,17 @@ func (c *conn) send(m *dbus.Message, fds ...int) {
 		// Only this package builds outgoing messages: a failure is a bug,
 		// and a client waiting for a reply must not wait forever.
 		closeFDs(fds)
-		klog.ErrorS(err, "Could not encode a D-Bus message; dropping the connection", "pid", c.cred.Pid, "message", m.String())
+		c.bus.log.error(err, "Could not encode a D-Bus message; dropping the connection", "pid", c.cred.Pid, "message", clipTo(m.String(), maxErrorText))
 		c.close()
 		return
 	}
 	c.enqueue(outgoing{data: data, fds: sendFDs})
 }
 
-// enqueue hands o to the writer, or drops the connection when its queue is
-// full. It never blocks.
+// enqueue hands o to the writer. It never blocks: the reader leaves room
+// for its replies before it reads a call (waitRoom), so only a broadcast
+// can find the queue full, and the connection is dropped then, as its
+// writer would drop it soon for not reading.
 func (c *conn) enqueue(o outgoing) bool {
 	c.mu.Lock()
 	if c.closed {
@@ -169,11 +231,11 @@ func (c *conn) enqueue(o outgoing) bool {
 		closeFDs(o.fds)
 		return false
 	}
-	if len(c.queue) >= maxQueued || c.queued+len(o.data) > maxQueuedBytes {
+	if len(c.queue) >= maxQueued+maxBroadcasts || c.queued+len(o.data) > maxQueuedBytes+maxReplyBytes {
 		n, size, name := len(c.queue), c.queued, c.name
 		c.mu.Unlock()
 		closeFDs(o.fds)
-		klog.InfoS("Dropped a D-Bus connection that does not read its messages", "pid", c.cred.Pid, "name", name, "queued", n, "bytes", size)
+		c.bus.log.info("Dropped a D-Bus connection that does not read its messages", "pid", c.cred.Pid, "name", name, "queued", n, "bytes", size)
 		c.close()
 		return false
 	}
@@ -191,6 +253,7 @@ func (c *conn) enqueue(o outgoing) bool {
 // a write fails.
 func (c *conn) writeLoop() {
 	defer c.bus.wg.Done()
+	defer c.recovered("writing")
 	for {
 		select {
 		case <-c.wake:
@@ -202,9 +265,9 @@ func (c *conn) writeLoop() {
 			if !ok {
 				break
 			}
-			err := c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+			err := c.nc.SetWriteDeadline(c.bus.tun.now().Add(c.bus.tun.writeTimeout))
 			if err == nil {
-				err = sendAll(c.raw, o.data, o.fds)
+				err = linux.SendAll(c.raw, o.data, o.fds)
 			}
 			closeFDs(o.fds)
 			if err != nil {
@@ -226,6 +289,10 @@ func (c *conn) pop() (outgoing, bool) {
 	c.queue[0] = outgoing{}
 	c.queue = c.queue[1:]
 	c.queued -= len(o.data)
+	select {
+	case c.room <- struct{}{}:
+	default:
+	}
 	return o, true
 }
 
@@ -264,52 +331,6 @@ func (c *conn) wants(m *dbus.Message, sender string) bool {
 		}
 	}
 	return false
-}
-
-// sendAll writes p, with fds as SCM_RIGHTS on its first byte, through the
-// socket's raw descriptor: sendmsg with MSG_NOSIGNAL, so that a peer that
-// went away makes the write fail with EPIPE and never raises SIGPIPE in
-// nodeinit. The write waits for the socket in Go's poller, within the
-// connection's write deadline.
-func sendAll(rc syscall.RawConn, p []byte, fds []int) error {
-	var oob []byte
-	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
-	}
-	for len(p) > 0 {
-		var n int
-		var serr error
-		err := rc.Write(func(fd uintptr) bool {
-			n, serr = linux.SendmsgN(int(fd), p, oob, nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
-			return !errors.Is(serr, unix.EAGAIN)
-		})
-		if err != nil {
-			return err
-		}
-		if serr != nil {
-			return serr
-		}
-		// The fds went with the first byte sent.
-		p, oob = p[n:], nil
-	}
-	return nil
-}
-
-// peerCred is the peer's pid, uid and gid as the kernel recorded them when
-// it connected (SO_PEERCRED): what it claims later cannot change them.
-func peerCred(rc syscall.RawConn) (unix.Ucred, error) {
-	var cred *unix.Ucred
-	var gerr error
-	err := rc.Control(func(fd uintptr) {
-		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
-	if err != nil {
-		return unix.Ucred{}, err
-	}
-	if gerr != nil {
-		return unix.Ucred{}, fmt.Errorf("SO_PEERCRED: %w", gerr)
-	}
-	return *cred, nil
 }
 
 func closeFDs(fds []int) {

@@ -68,7 +68,7 @@ func (c *conn) handle(m *dbus.Message) error {
 		// The specification: a connection's first message is Hello, or
 		// the bus disconnects it.
 		if m.Type != dbus.TypeMethodCall || in.dest != busName || in.member != "Hello" || (in.iface != "" && in.iface != busName) {
-			return fmt.Errorf("%w: %s %s.%s to %q before Hello", errProtocol, m.Type, in.iface, in.member, in.dest)
+			return fmt.Errorf("%w: %s %s.%s to %q before Hello", errProtocol, m.Type, clip(in.iface), clip(in.member), clip(in.dest))
 		}
 		c.hello(in)
 		return nil
@@ -80,7 +80,7 @@ func (c *conn) handle(m *dbus.Message) error {
 		if c.passesThrough() && c.forward(in, plainReply) {
 			return nil
 		}
-		klog.V(2).InfoS("Ignored a D-Bus message", "pid", c.cred.Pid, "type", m.Type.String(), "interface", in.iface, "member", in.member)
+		klog.V(2).InfoS("Ignored a D-Bus message", "pid", c.cred.Pid, "type", m.Type.String(), "interface", clip(in.iface), "member", clip(in.member))
 		return nil
 	}
 	switch in.dest {
@@ -322,13 +322,16 @@ func (c *conn) reply(in *call, sender string, body ...any) {
 }
 
 // fail answers in with a D-Bus error, and logs it: whatever a client asks
-// beyond what the kubelet needs shows in nodeinit's log.
+// beyond what the kubelet needs shows in nodeinit's log, the first of its
+// kind at Info, the rest at V(2) and counted (clientLog). What the client
+// chose is clipped in both.
 func (c *conn) fail(in *call, sender string, e *callError) {
-	klog.InfoS("Answered a D-Bus call with an error", "pid", c.cred.Pid, "name", c.name,
-		"destination", in.dest, "path", in.path, "interface", in.iface, "member", in.member, "signature", in.sig,
-		"error", e.name, "message", e.text)
+	text := clipTo(e.text, maxErrorText)
+	c.bus.log.info("Answered a D-Bus call with an error", "pid", c.cred.Pid, "name", c.name,
+		"destination", clip(in.dest), "path", clip(in.path), "interface", clip(in.iface), "member", clip(in.member),
+		"signature", clip(in.sig), "error", e.name, "message", text)
 	if in.msg.Flags&dbus.FlagNoReplyExpected != 0 {
 		return
 	}
-	c.send(newError(in.msg, sender, c.name, e.name, e.text))
+	c.send(newError(in.msg, sender, c.name, e.name, text))
 }

@@ -18,8 +18,8 @@ import (
 )
 
 // FuzzConnection feeds arbitrary bytes to one connection of a bus, through
-// a real socket and the code that serves every connection: the handshake,
-// the message reader and the answers. Whatever comes in, the bus must not
+// a real socket and the code that serves every connection: the admission,
+// the handshake, the message reader and the answers. Whatever comes in, the bus must not
 // panic or hang, and all it sends back must be well-formed: authentication
 // lines, then D-Bus messages godbus decodes.
 func FuzzConnection(f *testing.F) {
@@ -42,7 +42,12 @@ func FuzzConnection(f *testing.F) {
 	f.Add(append([]byte(sdbus), bigEndian...))
 
 	f.Fuzz(func(t *testing.T, input []byte) {
-		b := newBus("fuzz", Options{Allow: allowAll, InhibitDelayMax: time.Minute})
+		b := newBus("fuzz", Options{InhibitDelayMax: time.Minute}, defaultTunables())
+		// The real admission: the test process is the executor, and the
+		// peer of the pair is the test process.
+		if err := b.AdmitExecutor(os.Getpid()); err != nil {
+			t.Fatal(err)
+		}
 		server, client := socketPair(t)
 		b.admit(server)
 		go func() {
@@ -79,24 +84,21 @@ func kubeletCalls(t testing.TB) string {
 	return string(s)
 }
 
-// socketPair is a connected pair of unix stream sockets.
-func socketPair(t *testing.T) (server, client *net.UnixConn) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+// socketPair is a connected pair of unix stream sockets: the server's end
+// as a descriptor, as the bus accepts one, and the client's.
+func socketPair(t *testing.T) (server int, client *net.UnixConn) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conns := make([]*net.UnixConn, 2)
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "socket")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns[i] = c.(*net.UnixConn)
+	f := os.NewFile(uintptr(fds[1]), "socket")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { conns[1].Close() })
-	return conns[0], conns[1]
+	t.Cleanup(func() { c.Close() })
+	return fds[0], c.(*net.UnixConn)
 }
 
 // checkOutput fails unless out is authentication replies followed by

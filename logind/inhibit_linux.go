@@ -3,16 +3,17 @@ package logind
 import (
 	"fmt"
 	"os"
-	"strings"
+	"runtime/debug"
 	"time"
 
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // inhibitor is one delay lock: the read end of a pipe whose write end the
 // client holds. The lock lasts while any copy of the write end is open, as
-// logind's does; the bus learns it is released when its read returns EOF.
+// logind's does; the bus learns it is released when the pipe hangs up.
 type inhibitor struct {
 	id       uint64
 	who, why string
@@ -22,35 +23,54 @@ type inhibitor struct {
 	r        *os.File // read end, non-blocking, in Go's poller
 }
 
-// maxLabel bounds the who and why kept for the status line.
-const maxLabel = 128
+// lockPipeSize is the capacity asked for an inhibitor's pipe: the least
+// the kernel gives (a page). Nothing is ever read from it, so what a
+// client writes into its end fills it and then blocks the client.
+const lockPipeSize = 4096
 
 // inhibit takes a shutdown delay lock for the peer cred and returns the
 // write end of its pipe, which the caller sends to the client and then
 // closes.
 func (b *Bus) inhibit(cred unix.Ucred, who, why string) (int, *callError) {
 	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+	if err := linux.Pipe2(&p, 0); err != nil {
 		return -1, &callError{errFailed, fmt.Sprintf("Could not make the inhibitor's pipe: %v", err)}
 	}
 	// Non-blocking, the read end waits in Go's poller, not on a thread,
 	// and Close unblocks it.
-	if err := unix.SetNonblock(p[0], true); err != nil {
+	if err := linux.SetNonblock(p[0], true); err != nil {
 		closeFDs(p[:])
 		return -1, &callError{errFailed, fmt.Sprintf("Could not make the inhibitor's pipe: %v", err)}
 	}
-	in := &inhibitor{who: label(who), why: label(why), pid: cred.Pid, uid: cred.Uid, since: time.Now(),
+	// A smaller pipe only bounds sooner what a writer can put in; a
+	// kernel that refuses keeps the default.
+	_, _ = linux.SetPipeSize(p[0], lockPipeSize)
+	in := &inhibitor{who: clip(who), why: clip(why), pid: cred.Pid, uid: cred.Uid, since: b.tun.now(),
 		r: os.NewFile(uintptr(p[0]), "inhibitor")}
 
 	b.mu.Lock()
 	var refused *callError
+	own, held, others := int(cred.Pid) == b.executor.pid, 0, 0
+	for h := range b.inhibitors {
+		switch {
+		case h.pid == cred.Pid:
+			held++
+		case int(h.pid) != b.executor.pid:
+			others++
+		}
+	}
+	if !own {
+		others += held
+	}
 	switch {
 	case b.closed:
 		refused = &callError{errFailed, "The bus is closing"}
 	case b.drained != nil:
 		refused = &callError{errOperationInProgress, "The operation inhibition has been requested for is already running"}
-	case len(b.inhibitors) >= maxInhibitors:
-		refused = &callError{errLimitsExceeded, fmt.Sprintf("Too many inhibitors (%d), refusing", len(b.inhibitors))}
+	case held >= maxInhibitorsPerPeer:
+		refused = &callError{errLimitsExceeded, fmt.Sprintf("This process holds %d inhibitors, the most one may hold", held)}
+	case !own && others >= maxInhibitors:
+		refused = &callError{errLimitsExceeded, fmt.Sprintf("Too many inhibitors (%d), refusing", others)}
 	}
 	if refused != nil {
 		b.mu.Unlock()
@@ -66,23 +86,34 @@ func (b *Bus) inhibit(cred unix.Ucred, who, why string) (int, *callError) {
 	b.mu.Unlock()
 
 	go b.watch(in)
-	klog.InfoS("Took a shutdown delay inhibitor", "who", in.who, "why", in.why, "pid", in.pid, "uid", in.uid, "inhibitors", n)
+	b.log.info("Took a shutdown delay inhibitor", "who", in.who, "why", in.why, "pid", in.pid, "uid", in.uid, "inhibitors", n)
 	return p[1], nil
 }
 
-// watch waits for the lock's release: EOF once the client's every copy of
-// the write end is closed, or an error once Close closes the read end.
-// Whatever a client writes into its end is read and ignored.
+// watch waits for the lock's release: the pipe's hang-up once the client's
+// every copy of the write end is closed, or an error once Close closes the
+// read end. It never reads: what a client writes into its end stays there,
+// and costs the bus one wake-up per write until the pipe is full, then
+// none (logind, too, only waits for the hang-up). A panic releases the lock.
 func (b *Bus) watch(in *inhibitor) {
 	defer b.wg.Done()
-	var buf [64]byte
-	for {
-		if _, err := in.r.Read(buf[:]); err != nil {
-			break
+	defer func() {
+		if p := recover(); p != nil {
+			b.log.error(fmt.Errorf("panic: %v", p), "Watching a shutdown delay inhibitor failed; released it", "pid", in.pid, "stack", string(debug.Stack()))
 		}
+	}()
+	defer b.release(in)
+	defer in.r.Close()
+	rc, err := in.r.SyscallConn()
+	if err != nil {
+		return
 	}
-	in.r.Close()
-	b.release(in)
+	// The poller calls this on every readiness of the pipe: new data or
+	// the hang-up. Returning false waits for the next one.
+	_ = rc.Read(func(fd uintptr) bool {
+		gone, err := linux.HungUp(int(fd))
+		return gone || err != nil
+	})
 }
 
 func (b *Bus) release(in *inhibitor) {
@@ -93,19 +124,9 @@ func (b *Bus) release(in *inhibitor) {
 		close(b.drained)
 		b.drainedClosed = true
 	}
-	hook := b.afterRelease
 	b.mu.Unlock()
-	klog.InfoS("Released a shutdown delay inhibitor", "who", in.who, "pid", in.pid, "held", time.Since(in.since).Round(time.Millisecond), "inhibitors", n)
-	if hook != nil {
-		hook()
+	b.log.info("Released a shutdown delay inhibitor", "who", in.who, "pid", in.pid, "held", b.tun.now().Sub(in.since).Round(time.Millisecond), "inhibitors", n)
+	if b.tun.afterRelease != nil {
+		b.tun.afterRelease()
 	}
-}
-
-// label keeps at most maxLabel bytes of a client's who or why, as valid
-// UTF-8.
-func label(s string) string {
-	if len(s) > maxLabel {
-		s = s[:maxLabel]
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
 }

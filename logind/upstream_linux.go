@@ -17,6 +17,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // The pass-through: the executor's whole system bus is nodeinit's, so
@@ -324,7 +326,7 @@ func (u *upstream) open(unixFD bool) error {
 	u.fds = newFDReader(u.raw)
 	u.r = bufio.NewReaderSize(u.fds, 4096)
 	line := func(send string) (string, error) {
-		if err := sendAll(u.raw, []byte(send), nil); err != nil {
+		if err := linux.SendAll(u.raw, []byte(send), nil); err != nil {
 			return "", err
 		}
 		return readAuthLine(u.r)
@@ -353,7 +355,7 @@ func (u *upstream) open(unixFD bool) error {
 	if err != nil {
 		return err
 	}
-	if err := sendAll(u.raw, append([]byte("BEGIN\r\n"), data...), nil); err != nil {
+	if err := linux.SendAll(u.raw, append([]byte("BEGIN\r\n"), data...), nil); err != nil {
 		return err
 	}
 	// The reply comes first; a bus sends nothing else before it.
@@ -447,9 +449,9 @@ func (u *upstream) writeLoop() {
 			u.queue = u.queue[1:]
 			u.queued -= len(o.data)
 			u.mu.Unlock()
-			err := u.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+			err := u.nc.SetWriteDeadline(time.Now().Add(u.c.bus.tun.writeTimeout))
 			if err == nil {
-				err = sendAll(u.raw, o.data, o.fds)
+				err = linux.SendAll(u.raw, o.data, o.fds)
 			}
 			closeFDs(o.fds)
 			if err != nil {

@@ -2,20 +2,18 @@ package notify
 
 import (
 	"bufio"
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // Probe asks an HTTP endpoint (the kubelet's healthz) whether the node is
@@ -153,22 +151,5 @@ func sendNoSignal(conn net.Conn, p []byte) error {
 	if err != nil {
 		return err
 	}
-	var werr error
-	err = raw.Write(func(fd uintptr) bool {
-		for len(p) > 0 {
-			n, err := unix.SendmsgN(int(fd), p, nil, nil, unix.MSG_NOSIGNAL)
-			switch {
-			case errors.Is(err, unix.EAGAIN):
-				return false // wait until the socket takes more
-			case errors.Is(err, unix.EINTR):
-				continue
-			case err != nil:
-				werr = os.NewSyscallError("sendmsg", err)
-				return true
-			}
-			p = p[n:]
-		}
-		return true
-	})
-	return cmp.Or(err, werr)
+	return linux.SendAll(raw, p, nil)
 }

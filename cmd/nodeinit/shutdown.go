@@ -5,16 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeinit/nodeinit/config"
-	"github.com/nodeinit/nodeinit/init/proctree"
 	"github.com/nodeinit/nodeinit/init/supervisor"
 	"github.com/nodeinit/nodeinit/logind"
 	"github.com/nodeinit/nodeinit/node"
@@ -27,9 +23,8 @@ const busEnv = "DBUS_SYSTEM_BUS_ADDRESS"
 // nodeDrain is graceful node shutdown: the login1 bus the executor is given,
 // as the supervisor's Drainer.
 type nodeDrain struct {
-	bus      *logind.Bus
-	dir      string       // the bus socket's private directory
-	executor atomic.Int64 // the executor's pid, once it runs
+	bus *logind.Bus
+	dir string // the bus socket's private directory
 }
 
 // Drain emits PrepareForShutdown(true); the kubelet ends its pods and
@@ -91,7 +86,6 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 	d := &nodeDrain{dir: dir}
 	d.bus, err = logind.Listen(filepath.Join(dir, "system_bus_socket"), logind.Options{
 		InhibitDelayMax: delay,
-		Allow:           d.allow,
 		Upstream:        upstream,
 	})
 	if err != nil {
@@ -115,39 +109,15 @@ func runDir() string {
 	return ""
 }
 
-// allow admits the executor and its descendants, found by walking up the
-// peer's parents; nothing else may take an inhibitor or see the signal.
-func (d *nodeDrain) allow(peer unix.Ucred) bool {
-	executor := int(d.executor.Load())
-	if executor == 0 {
-		return false
-	}
-	pid := int(peer.Pid)
-	for range 64 { // deeper than any process tree a kubelet makes
-		if pid == executor {
-			return true
-		}
-		if pid <= 1 || pid == os.Getpid() {
-			return false
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-		if err != nil {
-			return false
-		}
-		if pid, err = proctree.ParentPid(stat); err != nil {
-			return false
-		}
-	}
-	return false
-}
-
 // wire makes the supervisor drain through d, bounded by the delay in force
-// (Timeout), and admits the executor's processes once it runs.
+// (Timeout), and admits the executor's processes to the bus once it runs.
 func (d *nodeDrain) wire(sc *supervisor.Config) {
 	sc.Drain = d
 	started := sc.OnExecutorStarted
 	sc.OnExecutorStarted = func(pid int) {
-		d.executor.Store(int64(pid))
+		if err := d.bus.AdmitExecutor(pid); err != nil {
+			klog.ErrorS(err, "The executor cannot use the login1 bus: graceful node shutdown will not drain the node")
+		}
 		if started != nil {
 			started(pid)
 		}

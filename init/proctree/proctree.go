@@ -1,8 +1,8 @@
-// Package proctree reads nodeinit's own subtree of processes from a proc
-// filesystem. nodeinit uses it when it is a child subreaper rather than
-// PID 1: it cannot signal "every process of the namespace" with kill(-1),
-// so at shutdown it signals the descendants it finds here instead
-// (docs/design.md, rule 9).
+// Package proctree reads trees of processes from a proc filesystem. nodeinit
+// uses it when it is a child subreaper rather than PID 1: it cannot signal
+// "every process of the namespace" with kill(-1), so at shutdown it signals
+// the descendants it finds here instead (docs/design.md, rule 9). The
+// login1 bus asks it whether a client is in the executor's tree (Within).
 //
 // The walk follows the kernel's own lists of each process's children
 // (/proc/PID/task/TID/children, one per thread, since a child belongs to
@@ -114,6 +114,40 @@ func scan(procRoot string, pid int) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// maxDepth bounds a walk up a process's parents: deeper than any tree the
+// kubelet makes, and a bound on what one question costs, whatever a process
+// does to make its chain long.
+const maxDepth = 64
+
+// Within reports whether pid is root or one of root's descendants, by
+// walking up pid's parents in the proc filesystem at procRoot. It reads one
+// stat per generation, at most maxDepth of them, never the host's process
+// list. A process that ends during the walk ends it with an error. It
+// answers from pids alone: a caller that must not be fooled by a pid reused
+// meanwhile checks, after the walk, that the process it asked about still
+// lives (a pidfd does that).
+func Within(procRoot string, pid, root int) (bool, error) {
+	for range maxDepth {
+		if pid == root {
+			return true, nil
+		}
+		if pid <= 1 {
+			// Init, or 0: the parent of a pid namespace's init.
+			return false, nil
+		}
+		stat, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+		if err != nil {
+			return false, err
+		}
+		ppid, err := ParentPid(stat)
+		if err != nil {
+			return false, fmt.Errorf("process %d: %w", pid, err)
+		}
+		pid = ppid
+	}
+	return false, fmt.Errorf("more than %d generations above the process", maxDepth)
 }
 
 // ParentPid parses the ppid out of the text of /proc/PID/stat. The command

@@ -146,3 +146,59 @@ func TestDescendantsOfARealProcess(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func TestWithinWalksUpToTheRoot(t *testing.T) {
+	// 1 <- 10 <- 20 <- 30, 1 <- 11, 20 <- 21; and a chain of 70 from 100.
+	parents := map[int]int{10: 1, 11: 1, 20: 10, 30: 20, 21: 20, 100: 1}
+	for i := 101; i < 171; i++ {
+		parents[i] = i - 1
+	}
+	root := fakeProc(t, parents, nil, nil, false)
+	must(t, os.WriteFile(filepath.Join(root, "bad"), nil, 0o644))
+	must(t, os.MkdirAll(filepath.Join(root, "40"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "40", "stat"), []byte("40 kubelet S 20"), 0o644))
+	for _, tc := range []struct {
+		pid, root int
+		want      bool
+		wantErr   bool
+	}{
+		{30, 10, true, false},   // a grandchild
+		{20, 20, true, false},   // the root itself
+		{21, 30, false, false},  // a sibling's child
+		{11, 10, false, false},  // outside, up to init
+		{10, 20, false, false},  // an ancestor is not within its child
+		{30, 1, true, false},    // everything is within init
+		{99, 10, false, true},   // gone
+		{40, 10, false, true},   // an unreadable stat
+		{170, 100, false, true}, // 70 generations: more than a walk takes
+		{163, 100, true, false}, // 63: within the bound
+	} {
+		got, err := Within(root, tc.pid, tc.root)
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("Within(%d, %d) = %v, %v; want %v, error %v", tc.pid, tc.root, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestWithinOnThisMachine(t *testing.T) {
+	child := exec.Command("sleep", "10")
+	must(t, child.Start())
+	defer func() {
+		child.Process.Kill()
+		child.Wait()
+	}()
+	self := os.Getpid()
+	for _, tc := range []struct {
+		name      string
+		pid, root int
+		want      bool
+	}{
+		{"a child within this process", child.Process.Pid, self, true},
+		{"this process within its parent", self, os.Getppid(), true},
+		{"this process not within its child", self, child.Process.Pid, false},
+	} {
+		if got, err := Within("/proc", tc.pid, tc.root); got != tc.want || err != nil {
+			t.Errorf("%s: %v, %v", tc.name, got, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ package linux
 import (
 	"errors"
 	"os"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -137,6 +138,104 @@ func RecvmsgN(fd int, p, oob []byte, flags int) (n, oobn, recvflags int, from un
 		return n, oobn, recvflags, from, os.NewSyscallError("recvmsg", err)
 	}
 	return n, oobn, recvflags, from, nil
+}
+
+// SendAll writes all of p to the connected socket behind rc, with fds as
+// SCM_RIGHTS on its first byte, by sendmsg(2) with MSG_NOSIGNAL: a peer that
+// has gone makes the write fail with EPIPE and raises no SIGPIPE in
+// nodeinit, which would pass it on to the executor. It waits for the socket
+// in Go's poller, within rc's write deadline, never on a thread.
+func SendAll(rc syscall.RawConn, p []byte, fds []int) error {
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	for len(p) > 0 {
+		var n int
+		var serr error
+		err := rc.Write(func(fd uintptr) bool {
+			n, serr = SendmsgN(int(fd), p, oob, nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+			return !errors.Is(serr, unix.EAGAIN)
+		})
+		if err != nil {
+			return err
+		}
+		if serr != nil {
+			return serr
+		}
+		// The fds went with the first byte sent.
+		p, oob = p[n:], nil
+	}
+	return nil
+}
+
+// Accept4 is accept4(2): a connection from fd's backlog, with flags
+// (SOCK_NONBLOCK) and SOCK_CLOEXEC. EAGAIN (none waiting) and ECONNABORTED
+// (one that went before it was taken) are wrapped like any error.
+func Accept4(fd, flags int) (int, error) {
+	nfd, err := retry2(func() (int, error) {
+		nfd, _, err := unix.Accept4(fd, flags|unix.SOCK_CLOEXEC)
+		return nfd, err
+	})
+	if err != nil {
+		return -1, os.NewSyscallError("accept4", err)
+	}
+	return nfd, nil
+}
+
+// PeerCred is the pid, uid and gid of a unix socket's peer as the kernel
+// recorded them when it connected (SO_PEERCRED).
+func PeerCred(fd int) (unix.Ucred, error) {
+	cred, err := retry2(func() (*unix.Ucred, error) { return unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if err != nil {
+		return unix.Ucred{}, os.NewSyscallError("getsockopt SO_PEERCRED", err)
+	}
+	return *cred, nil
+}
+
+// PeerPidfd is a pidfd of a unix socket's peer (SO_PEERPIDFD, Linux 6.5):
+// the process that connected, which no later process can be mistaken for
+// even when it reuses the pid. On an older kernel it fails with
+// ENOPROTOOPT, which errors.Is finds.
+func PeerPidfd(fd int) (int, error) {
+	pidfd, err := retry2(func() (int, error) { return unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEERPIDFD) })
+	if err != nil {
+		return -1, os.NewSyscallError("getsockopt SO_PEERPIDFD", err)
+	}
+	// The kernel makes it with O_CLOEXEC.
+	return pidfd, nil
+}
+
+// PidfdOpen is pidfd_open(2) (Linux 5.3): a descriptor that refers to the
+// process pid is now, and to no other process, whatever reuses the pid. A
+// kernel without it fails with ENOSYS, which errors.Is finds.
+func PidfdOpen(pid int) (int, error) {
+	fd, err := retry2(func() (int, error) { return unix.PidfdOpen(pid, 0) })
+	if err != nil {
+		return -1, os.NewSyscallError("pidfd_open", err)
+	}
+	return fd, nil
+}
+
+// Exited reports whether the process a pidfd refers to has exited (a zombie
+// included): the pidfd polls readable then. It does not wait.
+func Exited(pidfd int) (bool, error) {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	if _, err := Poll(fds, 0); err != nil {
+		return false, err
+	}
+	return fds[0].Revents != 0, nil
+}
+
+// HungUp reports whether fd's peer has hung up (POLLHUP, or an error): for
+// the read end of a pipe, whether every write end is closed, whatever data
+// is still in the pipe. It does not wait, and reads nothing.
+func HungUp(fd int) (bool, error) {
+	fds := []unix.PollFd{{Fd: int32(fd)}}
+	if _, err := Poll(fds, 0); err != nil {
+		return false, err
+	}
+	return fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0, nil
 }
 
 // Open is open(2) with O_CLOEXEC added: a descriptor nodeinit opens is its
