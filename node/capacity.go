@@ -155,7 +155,8 @@ func sizeNode(m Machine, limits cgroups.Limits, root string, args []string, kc K
 	note := func(warning bool, msg string, kv ...any) {
 		s.Notes = append(s.Notes, Note{Warning: warning, Msg: msg, KV: kv})
 	}
-	if !limits.Memory.Found() && !limits.CPU.Found() && !limits.Pids.Found() {
+	narrowed := limits.CPU.Found() && (limits.CPU.Value < int64(m.CPUs)*1000 || !strings.HasPrefix(limits.CPU.From, "cpuset."))
+	if !limits.Memory.Found() && !narrowed && !limits.Pids.Found() {
 		note(false, "The kubelet's cgroup root and its ancestors limit no memory, CPU or pids: the node keeps the machine's size",
 			"cgroupRoot", root)
 		return s
@@ -195,7 +196,9 @@ func sizeNode(m Machine, limits cgroups.Limits, root string, args []string, kc K
 		{resourceCPU, limits.CPU, int64(m.CPUs) * 1000, "the machine's online CPUs, as cAdvisor counts them", 1000, "millicores"},
 		{resourcePID, limits.Pids, m.Pids, "the smaller of kernel.pid_max and kernel.threads-max", 1, "processes"},
 	} {
-		if !r.limit.Found() {
+		if !r.limit.Found() || r.limit.Value >= r.capacity && strings.HasPrefix(r.limit.From, "cpuset.") {
+			// Every cpuset lists CPUs, a host's root all of them: only
+			// a narrower one is a limit.
 			continue
 		}
 		kv := []any{"resource", r.name, "limit", r.limit.Value, "unit", r.unit, "limitFrom", r.limit.From,

@@ -166,6 +166,13 @@ func TestSizeNodeToContainer(t *testing.T) {
 	}{
 		{name: "no limits: nothing", machine: host, args: []string{"--config=" + bare},
 			notes: []string{"limit no memory, CPU or pids"}},
+		{name: "the host's cpuset is no limit", machine: host, args: []string{"--config=" + bare},
+			limits: cgroups.Limits{CPU: cgroups.Limit{Value: 2000, From: "cpuset.effective_cpus of cgroup / (0-1)"}},
+			notes:  []string{"limit no memory, CPU or pids"}},
+		{name: "a narrower cpuset", machine: host, args: []string{"--config=" + bare},
+			limits: cgroups.Limits{CPU: cgroups.Limit{Value: 1000, From: "cpuset.effective_cpus of cgroup /node (1)"}},
+			want:   "cpu=1000m",
+			notes:  []string{"limitFrom cpuset.effective_cpus of cgroup /node (1)", "allocatable 1000"}},
 		{name: "no kubelet configuration: no eviction threshold", machine: host, limits: container,
 			want:  fmt.Sprintf("cpu=1000m,memory=%d,pid=%d", host.Memory-3*gi, 32768-4096),
 			notes: []string{`resource memory`, `limitFrom memory.limit_in_bytes of cgroup /node`, `capacityFrom MemTotal of /proc/meminfo`, "Adding --system-reserved"}},

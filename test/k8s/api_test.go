@@ -237,7 +237,10 @@ type node struct {
 		Conditions []condition
 		Addresses  []struct{ Type, Address string }
 		Capacity   map[string]string
-		NodeInfo   struct{ KubeletVersion string }
+		// Allocatable is what the scheduler may place: capacity less the
+		// kubelet's reservations.
+		Allocatable map[string]string
+		NodeInfo    struct{ KubeletVersion string }
 	}
 }
 
