@@ -164,12 +164,10 @@ func sizeNode(m Machine, limits cgroups.Limits, root string, args []string, kc K
 	system := kubeletReservation(args, "system-reserved", kc.SystemReserved, kc, "systemReserved", "=")
 	kube := kubeletReservation(args, "kube-reserved", kc.KubeReserved, kc, "kubeReserved", "=")
 	eviction := kubeletReservation(args, "eviction-hard", kc.EvictionHard, kc, "evictionHard", "<")
+	// Without a --config file the kubelet has no default threshold, and
+	// ReadKubeletConfig has set none.
 	if kc.evictionDefaulted && eviction.from != "" && !strings.HasPrefix(eviction.from, "the executor's") {
 		eviction.from = "the kubelet's default evictionHard (its --config file sets none)"
-	}
-	if len(flagValues(args, "eviction-hard")) == 0 && kc.File == "" {
-		// Without a --config file the kubelet has no default threshold.
-		eviction = reservation{}
 	}
 	if boolFlag(args, "experimental-allocatable-ignore-eviction") {
 		eviction = reservation{}
