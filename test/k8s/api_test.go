@@ -225,6 +225,7 @@ type condition struct {
 	Status             string
 	Reason             string
 	Message            string
+	LastHeartbeatTime  time.Time
 	LastTransitionTime time.Time
 }
 

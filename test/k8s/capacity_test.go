@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -368,8 +369,98 @@ func TestNodeImageInPodmanSizedToItsCgroup(t *testing.T) {
 		checkCgroups(t, "the static pod's container", containerPid(t, c, static[0]), cg+"/kubepods/", true)
 		t.Logf("in podman with --cgroup-parent=%s: --system-reserved=%s; the Node's allocatable memory %s bytes, cpu %s",
 			cg, got.reserved, got.allocMemory.RatString(), got.allocCPU.FloatString(3))
+		k.checkRestarts(3, cg, got, static[0])
 		t.Logf("podman stop: %v", k.stopAndCheck(90*time.Second))
 	})
+}
+
+// checkRestarts restarts the node container n times (podman restart:
+// TERM, then a new nodeinit in the same container): each time the node comes
+// back sized as before, the kubelet a new process with the same
+// --system-reserved, the Node Ready with a heartbeat from the new kubelet,
+// the static pod Running (the host's containerd kept it), nodeinit in cg
+// and the kubelet's pods below it, and no cgroup below cg but kubepods
+// and what podman makes. The host is checked for leftovers when the test
+// ends.
+func (k *kubeNode) checkRestarts(n int, cg string, want sizedNode, static pod) {
+	t := k.t
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		before := k.children()["kubelet"]
+		began := time.Now()
+		if _, err := k.c.podman.run(2*time.Minute, "restart", "--time", "60", "nodeinit-k8s-node"); err != nil {
+			t.Fatalf("restart %d: %v", i, err)
+		}
+		// This run's log begins with its "Starting nodeinit"; the TERM
+		// that ended the one before comes earlier.
+		k.since = k.waitLog(60*time.Second, timeOfDay(began), `"Starting nodeinit"`).at
+		k.waitLog(60*time.Second, k.since, `"Started task"`, `task="executor"`)
+		y, mo, d := began.UTC().Date()
+		started := time.Date(y, mo, d, 0, 0, 0, 0, time.UTC).Add(k.since)
+		// Ready, and said so by the new kubelet: it answers its healthz
+		// (the one before is gone), and the Node's heartbeat is from
+		// after it started.
+		if err := waitHTTP(http.DefaultClient, "http://127.0.0.1:10248/healthz", nil, 60*time.Second); err != nil {
+			k.dumpLogs()
+			t.Fatalf("restart %d: the new kubelet: %v", i, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		items, err := watchUntil(ctx, k.c.api, "/api/v1/nodes", url.Values{"fieldSelector": {"metadata.name=" + nodeName}},
+			func(n node) string { return n.Metadata.Name }, func(ns []node) bool {
+				return len(ns) == 1 && ns[0].ready() && !ns[0].condition("Ready").LastHeartbeatTime.Before(started.Truncate(time.Second))
+			})
+		cancel()
+		if err != nil {
+			k.dumpLogs()
+			t.Fatalf("restart %d: the Node did not report Ready from the new kubelet: %v", i, err)
+		}
+		ready := time.Since(began)
+		kubelet := k.children()["kubelet"]
+		if kubelet == 0 || kubelet == before {
+			t.Errorf("restart %d: the kubelet is pid %d, was %d", i, kubelet, before)
+		}
+		var reserved string
+		for _, a := range cmdline(kubelet) {
+			if v, ok := strings.CutPrefix(a, "--system-reserved="); ok {
+				reserved = v
+			}
+		}
+		if reserved != want.reserved {
+			t.Errorf("restart %d: the kubelet has --system-reserved=%q, before the restart %q", i, reserved, want.reserved)
+		}
+		nd := items[0]
+		if m, c := quantity(t, nd.Status.Allocatable["memory"]), quantity(t, nd.Status.Allocatable["cpu"]); m.Cmp(want.allocMemory) != 0 || c.Cmp(want.allocCPU) != 0 {
+			t.Errorf("restart %d: the Node's allocatable is memory %s, cpu %s; before the restart %s, %s", i,
+				nd.Status.Allocatable["memory"], nd.Status.Allocatable["cpu"], want.allocMemory.RatString(), want.allocCPU.FloatString(3))
+		}
+		checkCgroups(t, "nodeinit", k.pid(), cg, false)
+		pods := k.waitPods("metadata.name="+static.Metadata.Name, 1, 60*time.Second)
+		if pods[0].Metadata.UID != static.Metadata.UID {
+			t.Errorf("restart %d: the static pod's mirror is %s, was %s", i, pods[0].Metadata.UID, static.Metadata.UID)
+		}
+		checkCgroups(t, "the static pod's container", containerPid(t, k.c, pods[0]), cg+"/kubepods/", true)
+		l, err := cgroups.ReadLayout("/")
+		must(t, err)
+		for _, h := range cgroups.KubeletHierarchies(l) {
+			dir, _ := h.Dir("/", cg)
+			entries, err := os.ReadDir(dir)
+			must(t, err)
+			for _, e := range entries {
+				// podman's: the container's libpod-<id>, and conmon's.
+				if e.IsDir() && e.Name() != "kubepods" && e.Name() != "conmon" && !strings.HasPrefix(e.Name(), "libpod-") {
+					t.Errorf("restart %d: a cgroup %s/%s in the %s hierarchy", i, cg, e.Name(), h.Name())
+				}
+			}
+		}
+		t.Logf("restart %d: the Node Ready from the new kubelet %v after podman restart began; sized as before, the static pod Running", i, ready.Round(10*time.Millisecond))
+	}
+}
+
+// timeOfDay is t as nodeinitLines counts: the time since midnight, UTC.
+func timeOfDay(t time.Time) time.Duration {
+	t = t.UTC()
+	return time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute + time.Duration(t.Second())*time.Second +
+		time.Duration(t.Nanosecond())
 }
 
 // cgroupOf is a process's cgroup in the v1 hierarchy of controller, or

@@ -153,6 +153,10 @@ func (c *cluster) runNodeImage(t *testing.T, o imageRun) *kubeNode {
 		return code
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			// The container's log goes with the container.
+			t.Logf("the node container's log, last lines:\n%s", testenv.Tail(k.log(), 40))
+		}
 		if _, err := c.podman.run(2*time.Minute, "rm", "--force", "--time", "30", name); err != nil {
 			t.Error(err)
 		}
