@@ -376,7 +376,7 @@ func TestNodeImageInPodmanSizedToItsCgroup(t *testing.T) {
 
 // checkRestarts restarts the node container n times (podman restart:
 // TERM, then a new nodeinit in the same container): each time the node comes
-// back sized as before, the kubelet a new process with the same
+// back sized as before, with the same machineID, the kubelet a new process with the same
 // --system-reserved, the Node Ready with a heartbeat from the new kubelet,
 // the static pod Running (the host's containerd kept it), nodeinit in cg
 // and the kubelet's pods below it, and no cgroup below cg but kubepods
@@ -385,6 +385,7 @@ func TestNodeImageInPodmanSizedToItsCgroup(t *testing.T) {
 func (k *kubeNode) checkRestarts(n int, cg string, want sizedNode, static pod) {
 	t := k.t
 	t.Helper()
+	machineID := k.getNode().Status.NodeInfo.MachineID
 	for i := 1; i <= n; i++ {
 		before := k.children()["kubelet"]
 		began := time.Now()
@@ -429,6 +430,9 @@ func (k *kubeNode) checkRestarts(n int, cg string, want sizedNode, static pod) {
 			t.Errorf("restart %d: the kubelet has --system-reserved=%q, before the restart %q", i, reserved, want.reserved)
 		}
 		nd := items[0]
+		if id := nd.Status.NodeInfo.MachineID; id != machineID {
+			t.Errorf("restart %d: the Node's machineID is %q, was %q", i, id, machineID)
+		}
 		if m, c := quantity(t, nd.Status.Allocatable["memory"]), quantity(t, nd.Status.Allocatable["cpu"]); m.Cmp(want.allocMemory) != 0 || c.Cmp(want.allocCPU) != 0 {
 			t.Errorf("restart %d: the Node's allocatable is memory %s, cpu %s; before the restart %s, %s", i,
 				nd.Status.Allocatable["memory"], nd.Status.Allocatable["cpu"], want.allocMemory.RatString(), want.allocCPU.FloatString(3))
@@ -452,7 +456,8 @@ func (k *kubeNode) checkRestarts(n int, cg string, want sizedNode, static pod) {
 				}
 			}
 		}
-		t.Logf("restart %d: the Node Ready from the new kubelet %v after podman restart began; sized as before, the static pod Running", i, ready.Round(10*time.Millisecond))
+		t.Logf("restart %d: the Node Ready from the new kubelet %v after podman restart began; sized as before, machineID %q, the static pod Running",
+			i, ready.Round(10*time.Millisecond), machineID)
 	}
 }
 
