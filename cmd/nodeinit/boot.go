@@ -48,7 +48,9 @@ func writeFlags(cfg *config.Config) int {
 
 // cgroupOptions are the cgroup settings, with the container's cgroup to be
 // handed to the executor when executor.containPodResources is on and own
-// (node.OwnCgroupRoot) says the executor sets no cgroup root itself.
+// (node.OwnCgroupRoot) says the executor sets no cgroup root itself, and,
+// with executor.sizeNodeToContainer, the limits to read on the kubelet's
+// cgroup root (root: the one the executor sets, if any).
 func cgroupOptions(cfg *config.Config, root, own string) cgroups.Options {
 	return cgroups.Options{Cgroup: cfg.Cgroup, ForKubelet: cfg.Executor.ContainPodResources && own == "",
 		Limits: cfg.Executor.SizeNodeToContainer, OwnRoot: root}
