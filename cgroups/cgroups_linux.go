@@ -43,6 +43,11 @@ type Options struct {
 	ForKubelet bool
 	// Getenv looks up the Mesos variables; nil means os.Getenv.
 	Getenv func(string) string
+	// Limits asks for the limits on the kubelet's cgroup root (Result's
+	// Limits): the container's cgroup it gets, else OwnRoot, the cgroup
+	// root it sets itself, else "/", its default.
+	Limits  bool
+	OwnRoot string
 }
 
 // Result is what Setup found and did.
@@ -66,6 +71,12 @@ type Result struct {
 	// cgroup as their root (a private cgroup namespace), the kubelet's own
 	// default.
 	KubeletRoot string
+	// Limits are the memory, CPU and pids limits of LimitsRoot, the
+	// kubelet's cgroup root as it will take it, and its ancestors, read
+	// with Options.Limits; LimitsErr says what could not be read.
+	Limits     Limits
+	LimitsRoot string
+	LimitsErr  error
 }
 
 // Setup evacuates the root of a v2 cgroup namespace when asked (or by
@@ -83,6 +94,29 @@ func Setup(o Options) (Result, error) { return prepare(o, true) }
 func Preview(o Options) (Result, error) { return prepare(o, false) }
 
 func prepare(o Options, act bool) (Result, error) {
+	res, err := place(o, act)
+	if err != nil || !o.Limits {
+		return res, err
+	}
+	res.LimitsRoot = res.KubeletRoot
+	if res.LimitsRoot == "" {
+		res.LimitsRoot = o.OwnRoot
+	}
+	if res.LimitsRoot == "" {
+		res.LimitsRoot = "/"
+	}
+	layout, err := ReadLayout("/")
+	if err != nil {
+		res.LimitsErr = err
+		return res, nil
+	}
+	res.Limits, res.LimitsErr = ReadLimits(layout, "/", res.LimitsRoot)
+	return res, nil
+}
+
+// place is prepare's part that finds, joins and checks the container's
+// cgroup.
+func place(o Options, act bool) (Result, error) {
 	log := logger{quiet: !act}
 	getenv := o.Getenv
 	if getenv == nil {

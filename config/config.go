@@ -48,6 +48,11 @@ type Executor struct {
 	// where the kubelet can use that cgroup and the executor's own
 	// arguments and kubelet configuration set no cgroup root.
 	ContainPodResources bool `json:"containPodResources"`
+	// SizeNodeToContainer passes --system-reserved so that the Node's
+	// allocatable memory, cpu and pids fit the limits of the kubelet's
+	// cgroup root and its ancestors, which the kubelet does not read; the
+	// kubelet's own larger systemReserved holds.
+	SizeNodeToContainer bool `json:"sizeNodeToContainer"`
 }
 
 // Proxy is how kube-proxy is run and which flags nodeinit passes to it.
@@ -151,7 +156,7 @@ func Default() Config {
 	return Config{
 		Kind:       Kind,
 		APIVersion: APIVersion,
-		Executor:   Executor{ContainPodResources: true},
+		Executor:   Executor{ContainPodResources: true, SizeNodeToContainer: true},
 		Proxy: Proxy{
 			Run:  true,
 			Path: "kube-proxy",

@@ -84,6 +84,8 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 		"the `PATH` for the executor and the proxy instead of nodeinit's own ($PWD/bin is appended either way)")
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Executor.ContainPodResources }, "contain-pod-resources", "executor.containPodResources",
 		"keep pods inside this container's cgroup by passing --cgroup-root=<that cgroup> to the executor, where the kubelet can use it and the executor sets no cgroup root itself")
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Executor.SizeNodeToContainer }, "size-node-to-container", "executor.sizeNodeToContainer",
+		"when the kubelet's cgroup root or an ancestor limits memory, CPU or pids, pass the executor --system-reserved so that the Node's allocatable fits in those limits (the kubelet's own larger systemReserved holds)")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Logging.Dir }, "log-dir", "logging.dir",
 		"write the executor's and the proxy's output to executor.log and proxy.log in this `DIR`, rotated, instead of stdout")
 	addValue(f, func(c *Config) *Mebibytes { return &c.Logging.MaxSize }, "max-log-size", "logging.maxSize",

@@ -33,7 +33,7 @@ func TestFlagsHaveTheContractsNamesAndDefaults(t *testing.T) {
 		"proxy-bindall": "false", "proxy-bind-address": "", "proxy-logv": "0", "proxy-mode": "iptables",
 		"conntrack-max-per-core": "", "conntrack-min": "", "conntrack-tcp-timeout-established": "",
 		"proxy-kubeconfig": "", "master": "", "hostname-override": "", "path-override": "",
-		"contain-pod-resources": "true", "log-dir": "", "max-log-size": "10Mi", "max-log-backups": "5",
+		"contain-pod-resources": "true", "size-node-to-container": "true", "log-dir": "", "max-log-size": "10Mi", "max-log-backups": "5",
 		"max-log-age": "7", "ready-url": "", "graceful-node-shutdown": "false", "graceful-node-shutdown-delay": "0s",
 		"private-mountns": "false", "make-rshared": "false", "cgroup-parent": "", "mesos-cgroup-prefix": "mesos",
 		"require-cgroup": "false", "cgroup-v2-evacuate": "auto", "cgroup-v2-leaf": "nodeinit",
@@ -71,7 +71,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--proxy-restart-backoff-reset=2m", "--proxy-bindall", "--proxy-bind-address=10.1.2.3", "--proxy-logv=4",
 		"--proxy-mode=nftables", "--conntrack-max-per-core=100", "--conntrack-min=0",
 		"--conntrack-tcp-timeout-established=24h", "--proxy-kubeconfig=/k", "--master=https://m:6443",
-		"--hostname-override=Node-A", "--path-override=/p", "--contain-pod-resources=false", "--log-dir=/l",
+		"--hostname-override=Node-A", "--path-override=/p", "--contain-pod-resources=false", "--size-node-to-container=false", "--log-dir=/l",
 		"--max-log-size=1.5Gi", "--max-log-backups=0", "--max-log-age=30", "--ready-url=http://127.0.0.1:10248/healthz",
 		"--make-rshared", "--cgroup-parent=/x", "--mesos-cgroup-prefix=mesos-agent", "--require-cgroup",
 		"--cgroup-v2-evacuate", "--cgroup-v2-leaf=init", "--", "/bin/kubelet", "--v=2")

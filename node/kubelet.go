@@ -34,6 +34,30 @@ type KubeletConfig struct {
 	ShutdownGracePeriod              kubeletDuration         `json:"shutdownGracePeriod,omitempty"`
 	ShutdownGracePeriodCriticalPods  kubeletDuration         `json:"shutdownGracePeriodCriticalPods,omitempty"`
 	ShutdownGracePeriodByPodPriority []ShutdownGracePeriodAt `json:"shutdownGracePeriodByPodPriority,omitempty"`
+
+	// What the kubelet subtracts from its capacity for the Node's
+	// allocatable (see SizeToContainer). EvictionHard is the kubelet's
+	// default when the --config file sets none.
+	SystemReserved               map[string]string `json:"systemReserved,omitempty"`
+	KubeReserved                 map[string]string `json:"kubeReserved,omitempty"`
+	EvictionHard                 map[string]string `json:"evictionHard,omitempty"`
+	MergeDefaultEvictionSettings bool              `json:"mergeDefaultEvictionSettings,omitempty"`
+	ReservedSystemCPUs           string            `json:"reservedSystemCPUs,omitempty"`
+	EnforceNodeAllocatable       []string          `json:"enforceNodeAllocatable,omitempty"`
+	// evictionDefaulted says EvictionHard holds the kubelet's defaults.
+	evictionDefaulted bool
+}
+
+// defaultEvictionHard is the kubelet's hard eviction threshold when its
+// --config file sets none (v1.34, pkg/kubelet/eviction/defaults_linux.go;
+// applied in cmd/kubelet/app/server.go loadConfigFile, so not without a
+// --config file).
+var defaultEvictionHard = map[string]string{
+	"memory.available":   "100Mi",
+	"nodefs.available":   "10%",
+	"nodefs.inodesFree":  "5%",
+	"imagefs.available":  "15%",
+	"imagefs.inodesFree": "5%",
 }
 
 // ShutdownGracePeriodAt is one entry of shutdownGracePeriodByPodPriority.
@@ -122,6 +146,20 @@ func ReadKubeletConfig(args []string) (KubeletConfig, error) {
 		if err := mergeKubeletFile(&k, f); err != nil {
 			return k, err
 		}
+		if f == file && len(k.Files) == 0 {
+			// The kubelet defaults the --config file's evictionHard
+			// before it merges the drop-ins.
+			unset := k.EvictionHard == nil
+			k.evictionDefaulted = unset
+			if unset {
+				k.EvictionHard = map[string]string{}
+			}
+			for key, v := range defaultEvictionHard {
+				if _, set := k.EvictionHard[key]; unset || k.MergeDefaultEvictionSettings && !set {
+					k.EvictionHard[key] = v
+				}
+			}
+		}
 		k.Files = append(k.Files, f)
 	}
 	return k, nil
@@ -144,6 +182,12 @@ func mergeKubeletFile(k *KubeletConfig, file string) error {
 	// keeps its value, as in the kubelet.
 	if err := yaml.Unmarshal(data, k); err != nil {
 		return fmt.Errorf("read the kubelet's configuration %s: %w", file, err)
+	}
+	var sets struct {
+		EvictionHard map[string]string `json:"evictionHard"`
+	}
+	if yaml.Unmarshal(data, &sets) == nil && sets.EvictionHard != nil {
+		k.evictionDefaulted = false
 	}
 	return nil
 }

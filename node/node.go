@@ -30,6 +30,9 @@ type Container struct {
 	Cgroup string
 	// ID is the Mesos container id.
 	ID string
+	// Sizing is how the Node is sized to the container's limits
+	// (SizeToContainer); the zero value adds nothing.
+	Sizing Sizing
 }
 
 // Command is a program to start: Path as configured (see Getenv), its
@@ -72,6 +75,9 @@ func Environ(environ []string, pathOverride, dir string) []string {
 // kubelet-executor as well as the kubelet (which warns that the flag is
 // deprecated in favour of its configuration file: setting cgroupRoot there,
 // or in a --config-dir drop-in, avoids both the flag and the warning).
+//
+// With executor.sizeNodeToContainer, ct.Sizing's --system-reserved is
+// added too, after the executor's own flags, which it includes.
 func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig) Command {
 	cmd := Command{Path: c.Executor.Path, Args: append([]string(nil), c.Executor.Args...), Env: slices.Clone(env)}
 	if ct.ID != "" {
@@ -81,6 +87,9 @@ func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig) Co
 		if _, own := OwnCgroupRoot(cmd.Args, kc); own == "" {
 			cmd.Args = insertFlag(cmd.Args, "--cgroup-root="+ct.Cgroup)
 		}
+	}
+	if c.Executor.SizeNodeToContainer && ct.Sizing.SystemReserved != "" {
+		cmd.Args = insertFlag(cmd.Args, "--system-reserved="+ct.Sizing.SystemReserved)
 	}
 	return cmd
 }
@@ -166,10 +175,21 @@ func executorNodeIP(args []string) string {
 	return first
 }
 
-// flagValue finds the last value of a flag in args, in the forms
-// --name=value and --name value (one dash too, for Go's flag package),
-// stopping at "--" where a program's own flags end.
+// flagValue finds the last value of a flag in args (see flagValues).
 func flagValue(args []string, name string) (value string, set bool) {
+	vals := flagValues(args, name)
+	if len(vals) == 0 {
+		return "", false
+	}
+	return vals[len(vals)-1], true
+}
+
+// flagValues finds every value of a flag in args, in order, in the forms
+// --name=value and --name value (one dash too, for Go's flag package),
+// stopping at "--" where a program's own flags end. A map flag of the
+// kubelet accumulates them.
+func flagValues(args []string, name string) []string {
+	var out []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
@@ -180,18 +200,35 @@ func flagValue(args []string, name string) (value string, set bool) {
 		}
 		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
 		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			value, set = v, true
+			out = append(out, v)
 		} else if a == name {
-			set = true
+			v := ""
 			if i+1 < len(args) {
 				i++
-				value = args[i]
-			} else {
-				value = ""
+				v = args[i]
 			}
+			out = append(out, v)
 		}
 	}
-	return value, set
+	return out
+}
+
+// boolFlag reports whether a boolean flag is on in args: --name or
+// --name=true, the last one counting.
+func boolFlag(args []string, name string) bool {
+	on := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		switch strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-") {
+		case name, name + "=true":
+			on = true
+		case name + "=false":
+			on = false
+		}
+	}
+	return on
 }
 
 // insertFlag adds a flag after the program's own flags: before a "--" that

@@ -25,13 +25,17 @@ import (
 func writeFlags(cfg *config.Config) int {
 	env := childEnv(cfg)
 	kubelet, _ := node.ReadKubeletConfig(cfg.Executor.Args)
-	_, own := node.OwnCgroupRoot(cfg.Executor.Args, kubelet)
-	cg, err := cgroups.Preview(cgroupOptions(cfg, own))
+	root, own := node.OwnCgroupRoot(cfg.Executor.Args, kubelet)
+	cg, err := cgroups.Preview(cgroupOptions(cfg, root, own))
 	if err != nil {
 		klog.ErrorS(err, "Cannot discover the container")
 		return exitFailure
 	}
-	cmds := []node.Command{node.Executor(cfg, env, node.Container{Cgroup: cg.KubeletRoot, ID: cg.ContainerID}, kubelet)}
+	ct := node.Container{Cgroup: cg.KubeletRoot, ID: cg.ContainerID}
+	if cfg.Executor.SizeNodeToContainer {
+		ct.Sizing = node.SizeToContainer(cfg.Executor.Args, kubelet, cg.Limits, cg.LimitsRoot, cg.LimitsErr)
+	}
+	cmds := []node.Command{node.Executor(cfg, env, ct, kubelet)}
 	if cfg.Proxy.Run {
 		cmds = append(cmds, node.Proxy(cfg, env))
 	}
@@ -43,9 +47,12 @@ func writeFlags(cfg *config.Config) int {
 
 // cgroupOptions are the cgroup settings, with the container's cgroup to be
 // handed to the executor when executor.containPodResources is on and own
-// (node.OwnCgroupRoot) says the executor sets no cgroup root itself.
-func cgroupOptions(cfg *config.Config, own string) cgroups.Options {
-	return cgroups.Options{Cgroup: cfg.Cgroup, ForKubelet: cfg.Executor.ContainPodResources && own == ""}
+// (node.OwnCgroupRoot) says the executor sets no cgroup root itself, and,
+// with executor.sizeNodeToContainer, the limits to read on the kubelet's
+// cgroup root (root: the one the executor sets, if any).
+func cgroupOptions(cfg *config.Config, root, own string) cgroups.Options {
+	return cgroups.Options{Cgroup: cfg.Cgroup, ForKubelet: cfg.Executor.ContainPodResources && own == "",
+		Limits: cfg.Executor.SizeNodeToContainer, OwnRoot: root}
 }
 
 // childEnv is the children's environment: nodeinit's own, with PATH as the
@@ -109,13 +116,18 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 	if own != "" {
 		klog.InfoS("The executor sets its own cgroup root, so nodeinit adds none", "cgroupRoot", root, "from", own)
 	}
-	cg, err := cgroups.Setup(cgroupOptions(cfg, own))
+	cg, err := cgroups.Setup(cgroupOptions(cfg, root, own))
 	if err != nil {
 		klog.ErrorS(err, "Cannot join the container's cgroup")
 		return exitFailure
 	}
 
-	sc, closeLogs, code := tasks(cfg, node.Container{Cgroup: cg.KubeletRoot, ID: cg.ContainerID}, kubelet)
+	ct := node.Container{Cgroup: cg.KubeletRoot, ID: cg.ContainerID}
+	if cfg.Executor.SizeNodeToContainer {
+		ct.Sizing = node.SizeToContainer(cfg.Executor.Args, kubelet, cg.Limits, cg.LimitsRoot, cg.LimitsErr)
+		ct.Sizing.Log()
+	}
+	sc, closeLogs, code := tasks(cfg, ct, kubelet)
 	if code != 0 {
 		return code
 	}

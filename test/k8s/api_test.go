@@ -225,6 +225,7 @@ type condition struct {
 	Status             string
 	Reason             string
 	Message            string
+	LastHeartbeatTime  time.Time
 	LastTransitionTime time.Time
 }
 
@@ -237,7 +238,10 @@ type node struct {
 		Conditions []condition
 		Addresses  []struct{ Type, Address string }
 		Capacity   map[string]string
-		NodeInfo   struct{ KubeletVersion string }
+		// Allocatable is what the scheduler may place: capacity less the
+		// kubelet's reservations.
+		Allocatable map[string]string
+		NodeInfo    struct{ KubeletVersion, MachineID string }
 	}
 }
 

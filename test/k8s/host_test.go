@@ -229,6 +229,7 @@ func putBack(base *hostState, bin string) []error {
 			add(removeKubeChains(family))
 		}
 		add(removeNewTables(base))
+		add(removeNewEmptyChains(base))
 	}
 	for _, l := range now.links {
 		if l == bridgeName && !slices.Contains(base.links, l) {
@@ -354,6 +355,54 @@ func removeNewTables(base *hostState) error {
 		}
 	}
 	return nil
+}
+
+// removeNewEmptyChains deletes, in the tables base had, the chains base did
+// not have and that hold no rule now: iptables-nft adds the base chains
+// INPUT and OUTPUT to a table such as "ip filter" that another program
+// (podman's netavark) made with FORWARD only, and they stay, empty, when
+// the kubelet's rules are gone.
+func removeNewEmptyChains(base *hostState) error {
+	now, err := nftTables()
+	if err != nil {
+		return err
+	}
+	for t, listing := range now {
+		before, had := base.tables[t]
+		if !had {
+			continue
+		}
+		old := nftChains(before)
+		for chain, rules := range nftChains(listing) {
+			if _, kept := old[chain]; kept || rules > 0 {
+				continue
+			}
+			f := strings.Fields(t)
+			if _, err := run(30*time.Second, "nft", "delete", "chain", f[0], f[1], chain); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// nftChains maps each chain of an nft table listing to its number of rules.
+func nftChains(listing string) map[string]int {
+	chains := map[string]int{}
+	chain := ""
+	for line := range strings.SplitSeq(listing, "\n") {
+		l := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(l, "chain ") && strings.HasSuffix(l, "{"):
+			chain = strings.Fields(l)[1]
+			chains[chain] = 0
+		case l == "}":
+			chain = ""
+		case chain != "" && l != "" && !(strings.HasPrefix(l, "type ") && strings.Contains(l, "hook")):
+			chains[chain]++
+		}
+	}
+	return chains
 }
 
 // emptyTable reports whether an nft listing holds chains without rules.

@@ -3,6 +3,7 @@
 package k8s
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,33 +34,61 @@ const (
 // (runc kill --all), so kube-proxy got TERM with the kubelet, not after it.
 func TestNodeImageInPodman(t *testing.T) {
 	c := getCluster(t)
-	start := time.Now()
-	base := nodeBase(t, filepath.Dir(c.bin))
-	if _, err := c.podman.run(5*time.Minute, "import", base, nodeBaseImage); err != nil {
-		t.Fatal(err)
-	}
-	root := testenv.ModuleRoot(t)
-	context := filepath.Join(t.TempDir(), "context")
-	for from, to := range map[string]string{
-		testenv.Build(t, "./cmd/nodeinit"):             "bin/nodeinit",
-		filepath.Join(c.bin, "kubelet"):                "bin/kubelet",
-		filepath.Join(c.bin, "kube-proxy"):             "bin/kube-proxy",
-		filepath.Join(root, "images/node/config.yaml"): "images/node/config.yaml",
-	} {
-		must(t, linkOrCopy(from, filepath.Join(context, to)))
-	}
-	dockerfile, err := os.ReadFile(filepath.Join(root, "images/node/Dockerfile"))
-	must(t, err)
-	must(t, c.podman.build(nodeImage, string(dockerfile), context, "BASE="+nodeBaseImage))
-	t.Logf("node image built on the mmdebstrap base in %v", time.Since(start).Round(100*time.Millisecond))
-
-	k := c.runNodeImage(t)
+	c.buildNodeImage(t)
+	k := c.runNodeImage(t, imageRun{})
 	k.checkRunningNode("iptables")
 	s := k.stopAndCheck(90 * time.Second)
 	t.Logf("podman stop: %v", s)
 	if s.code != 0 {
 		t.Errorf("the node container exited %d; want 0", s.code)
 	}
+}
+
+// buildNodeImage builds images/node/Dockerfile on a Debian base made with
+// mmdebstrap and imported into podman (nothing pulled), with the built
+// kubelet and kube-proxy and a static nodeinit, once per run.
+func (c *cluster) buildNodeImage(t *testing.T) {
+	t.Helper()
+	c.nodeImage.Do(func() {
+		// Set until the build succeeds: a Fatal inside leaves it set.
+		c.nodeImageErr = errors.New("the build stopped before it ended")
+		start := time.Now()
+		base := nodeBase(t, filepath.Dir(c.bin))
+		if _, err := c.podman.run(5*time.Minute, "import", base, nodeBaseImage); err != nil {
+			c.nodeImageErr = err
+			return
+		}
+		root := testenv.ModuleRoot(t)
+		context := filepath.Join(t.TempDir(), "context")
+		for from, to := range map[string]string{
+			testenv.Build(t, "./cmd/nodeinit"):             "bin/nodeinit",
+			filepath.Join(c.bin, "kubelet"):                "bin/kubelet",
+			filepath.Join(c.bin, "kube-proxy"):             "bin/kube-proxy",
+			filepath.Join(root, "images/node/config.yaml"): "images/node/config.yaml",
+		} {
+			if c.nodeImageErr = linkOrCopy(from, filepath.Join(context, to)); c.nodeImageErr != nil {
+				return
+			}
+		}
+		dockerfile, err := os.ReadFile(filepath.Join(root, "images/node/Dockerfile"))
+		if err != nil {
+			c.nodeImageErr = err
+			return
+		}
+		if c.nodeImageErr = c.podman.build(nodeImage, string(dockerfile), context, "BASE="+nodeBaseImage); c.nodeImageErr != nil {
+			return
+		}
+		t.Logf("node image built on the mmdebstrap base in %v", time.Since(start).Round(100*time.Millisecond))
+	})
+	if c.nodeImageErr != nil {
+		t.Fatalf("the node image: %v", c.nodeImageErr)
+	}
+}
+
+// imageRun is more for runNodeImage: podman's flags, and nodeinit's
+// before the proxy flags.
+type imageRun struct {
+	podman, nodeinit []string
 }
 
 // runNodeImage starts the node image in podman. The node's files are its
@@ -70,7 +99,7 @@ func TestNodeImageInPodman(t *testing.T) {
 // needs: /var/log/pods, where containerd writes the logs the kubelet makes
 // directories for, and containerd's directory (its socket, and its root
 // read-only: the eviction manager stats the image file system).
-func (c *cluster) runNodeImage(t *testing.T) *kubeNode {
+func (c *cluster) runNodeImage(t *testing.T, o imageRun) *kubeNode {
 	t.Helper()
 	dir := t.TempDir()
 	c.writeNodeFiles(t, dir, "/etc/kubernetes", nodeSpec{})
@@ -84,8 +113,8 @@ func (c *cluster) runNodeImage(t *testing.T) *kubeNode {
 	args := []string{"run", "-d", "--name", name, "--privileged", "--network=host",
 		"-v", "/var/lib/kubelet:/var/lib/kubelet:rshared", "-v", "/sys/fs/cgroup:/sys/fs/cgroup",
 		"-v", dir + ":/etc/kubernetes:ro",
-		"-v", "/var/log/pods:/var/log/pods", "-v", cd + ":" + cd, "-v", cd + "/root:" + cd + "/root:ro",
-		nodeImage, "--make-rshared"}
+		"-v", "/var/log/pods:/var/log/pods", "-v", cd + ":" + cd, "-v", cd + "/root:" + cd + "/root:ro"}
+	args = append(append(append(args, o.podman...), nodeImage, "--make-rshared"), o.nodeinit...)
 	args = append(append(args, proxyFlags("iptables")...), "--",
 		"/usr/local/bin/kubelet", "--config=/var/lib/kubelet/config.yaml", "--kubeconfig=/etc/kubernetes/kubelet.conf",
 		"--node-ip="+c.nodeIP, "--hostname-override="+nodeName)
@@ -124,6 +153,10 @@ func (c *cluster) runNodeImage(t *testing.T) *kubeNode {
 		return code
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			// The container's log goes with the container.
+			t.Logf("the node container's log, last lines:\n%s", testenv.Tail(k.log(), 40))
+		}
 		if _, err := c.podman.run(2*time.Minute, "rm", "--force", "--time", "30", name); err != nil {
 			t.Error(err)
 		}

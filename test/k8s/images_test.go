@@ -33,13 +33,36 @@ func newPodman(dir string) (*podman, error) {
 	if err != nil {
 		return nil, err
 	}
+	// runc keeps its state in the store too, not in /run/runc: podman
+	// runs it through a wrapper that says so. (A --runtime-flag would not
+	// reach the cleanup conmon starts when a container exits, and the
+	// stale state of a stopped container would fail its next start.)
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return nil, err
+	}
+	wrapper := filepath.Join(dir, "bin", "runc")
+	if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
+		return nil, err
+	}
+	script := fmt.Sprintf("#!/bin/sh\nexec %s --root %s \"$@\"\n", runc, filepath.Join(dir, "runc"))
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		return nil, err
+	}
+	conf, err := os.OpenFile(filepath.Join(dir, "containers.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer conf.Close()
+	if _, err := fmt.Fprintf(conf, "\n[engine.runtimes]\nrunc = [%q]\n", wrapper); err != nil {
+		return nil, err
+	}
 	return &podman{dir: dir, env: env}, nil
 }
 
-// run runs one podman command, bounded, and returns its stdout. runc keeps
-// its state in the store too, not in /run/runc.
+// run runs one podman command, bounded, and returns its stdout.
 func (p *podman) run(timeout time.Duration, args ...string) (string, error) {
-	cmd := exec.Command("podman", append([]string{"--runtime-flag=root=" + filepath.Join(p.dir, "runc")}, args...)...)
+	cmd := exec.Command("podman", args...)
 	cmd.Env = p.env
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

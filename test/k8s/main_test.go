@@ -76,6 +76,9 @@ type cluster struct {
 	base       *hostState // the host before the fixture touched it
 	// timings, for the report.
 	controlPlane, images time.Duration
+	// nodeImage builds the node image once (buildNodeImage).
+	nodeImage    sync.Once
+	nodeImageErr error
 }
 
 // getCluster returns the shared fixture, starting it on first use. A fixture

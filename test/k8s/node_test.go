@@ -90,6 +90,9 @@ type kubeNode struct {
 	stop    func(timeout time.Duration) int
 	// created are the API objects the test made, deleted at the end.
 	created []string
+	// since is the time of day from which nodeinit's log is this run's:
+	// a restarted container's log holds every run.
+	since time.Duration
 }
 
 // nodeSpec is how a test wants its node; the zero value is a node with
@@ -402,7 +405,7 @@ func (k *kubeNode) stopAndCheck(timeout time.Duration) shutdown {
 		k.t.Fatalf("nodeinit's log has no %q after the TERM:\n%s", msg, testenv.Tail(log, 30))
 		return 0, ""
 	}
-	term, _ := at("Forwarded signal to the executor", 0)
+	term, _ := at("Forwarded signal to the executor", k.since)
 	kubelet, line := at("Executor ended", term)
 	proxyTerm, _ := at("Shutting down: sent TERM to the proxy and every other process", kubelet)
 	s.proxyEnd = -1

@@ -217,10 +217,14 @@ func containerPid(t *testing.T, c *cluster, p pod) int {
 }
 
 // writeFlags runs nodeinit --write-flags with the node's nodeinit flags and
-// returns the executor's and the proxy's command lines as words.
+// returns the executor's and the proxy's command lines as words. It runs
+// as PID 1 of a new pid namespace, as the node does: on recent kernels
+// each pid namespace has a kernel.pid_max of its own (a new one 4194304
+// on these hosts, the host's 32768), which is the pid capacity the kubelet
+// reads (see --size-node-to-container).
 func (k *kubeNode) writeFlags(t *testing.T, args []string, extra ...string) [][]string {
 	t.Helper()
-	argv := append([]string{testenv.BuildRaced(t, "./cmd/nodeinit"), "--write-flags"}, args...)
+	argv := append([]string{"unshare", "--pid", "--fork", "--mount-proc", testenv.BuildRaced(t, "./cmd/nodeinit"), "--write-flags"}, args...)
 	argv = append(append(argv, extra...), "--")
 	argv = append(argv, k.c.kubeletArgs(filepath.Join(k.c.bin, "kubelet"), k.dir)...)
 	out, err := run(10*time.Second, argv...)
