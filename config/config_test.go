@@ -229,6 +229,8 @@ func TestValidateRejects(t *testing.T) {
 		{"NUL in executor arg", func(c *Config) { c.Executor.Path = "kubelet"; c.Executor.Args = []string{"ok", "a\x00b"} }, `executor.args[1]: Invalid value: "a\x00b": must not contain a NUL byte`},
 		{"proxy without path", func(c *Config) { c.Proxy.Path = "" }, `proxy.path: Required value: the proxy is run (proxy.run), so its program must be named`},
 		{"userspace mode", func(c *Config) { c.Proxy.Mode = "userspace" }, `proxy.mode: Unsupported value: "userspace": supported values: "iptables", "ipvs", "nftables"`},
+		{"unknown container check", func(c *Config) { c.ContainerChecks.Skip = []string{"swap", "dev-kmsg"} },
+			`containerChecks.skip[1]: Unsupported value: "dev-kmsg": supported values: "cgroupfs", "user-namespace", "nofile", "conntrack", "kmsg", "swap", "rootfs-device", "inotify", "resolv-conf", "all"`},
 		{"empty mode", func(c *Config) { c.Proxy.Mode = "" }, `proxy.mode: Required value: supported values: "iptables", "ipvs", "nftables"`},
 		{"bind address not an IP", func(c *Config) { c.Proxy.BindAddress = "node-1" }, `proxy.bindAddress: Invalid value: "node-1": must be an IP address like 10.0.0.5 or fd00::5`},
 		{"negative logV", func(c *Config) { c.Proxy.LogV = -1 }, `proxy.logV: Invalid value: -1: must be non-negative`},

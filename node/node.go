@@ -72,7 +72,10 @@ func Environ(environ []string, pathOverride, dir string) []string {
 // kubelet-executor as well as the kubelet (which warns that the flag is
 // deprecated in favour of its configuration file: setting cgroupRoot there,
 // or in a --config-dir drop-in, avoids both the flag and the warning).
-func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig) Command {
+//
+// added are flags for what the container restricts (restrict.Plan's
+// KubeletArgs), put after the executor's own.
+func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig, added ...string) Command {
 	cmd := Command{Path: c.Executor.Path, Args: append([]string(nil), c.Executor.Args...), Env: slices.Clone(env)}
 	if ct.ID != "" {
 		cmd.Env = Setenv(env, containerIDEnv, ct.ID)
@@ -81,6 +84,9 @@ func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig) Co
 		if _, own := OwnCgroupRoot(cmd.Args, kc); own == "" {
 			cmd.Args = insertFlag(cmd.Args, "--cgroup-root="+ct.Cgroup)
 		}
+	}
+	for _, a := range added {
+		cmd.Args = insertFlag(cmd.Args, a)
 	}
 	return cmd
 }
@@ -113,7 +119,10 @@ func OwnCgroupRoot(args []string, kc KubeletConfig) (root, from string) {
 // everything else from the file. config.Validate has refused the settings
 // that would have been passed but ignored; what is left to drop here are
 // defaults (the mode, the bind address taken from the executor's).
-func Proxy(c *config.Config, env []string) Command {
+//
+// added are flags for what the container restricts (restrict.Plan's
+// ProxyArgs), put before proxy.args, which still win.
+func Proxy(c *config.Config, env []string, added ...string) Command {
 	p := &c.Proxy
 	var args []string
 	arg := func(name, value string) { args = append(args, "--"+name+"="+value) }
@@ -150,6 +159,7 @@ func Proxy(c *config.Config, env []string) Command {
 	if p.HostnameOverride != "" {
 		arg("hostname-override", strings.ToLower(p.HostnameOverride))
 	}
+	args = append(args, added...)
 	return Command{Path: p.Path, Args: append(args, p.Args...), Env: slices.Clone(env)}
 }
 
