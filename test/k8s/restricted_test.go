@@ -1,0 +1,308 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
+)
+
+// The node's own network namespace: an address of its own on a veth whose
+// other end is on the host without one, and the API server's 127.0.0.1:6443
+// forwarded into it by the test.
+const (
+	netnsNodeIP   = "10.250.0.2"
+	netnsHostLink = "nodeinit-vh"
+	netnsNodeLink = "nodeinit-vn"
+	// outsideEndpoint is the endpoint of a Service without a selector:
+	// kube-proxy programs it whether or not anything answers there.
+	outsideEndpoint = "10.250.0.100"
+)
+
+const outsideService = `apiVersion: v1
+kind: Service
+metadata: {name: outside, namespace: default}
+spec:
+  type: ClusterIP
+  ports: [{port: 80, targetPort: 8080, protocol: TCP}]
+`
+
+const outsideEndpoints = `apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: outside-1, namespace: default, labels: {kubernetes.io/service-name: outside}}
+addressType: IPv4
+ports: [{name: "", port: 8080, protocol: TCP}]
+endpoints: [{addresses: ["` + outsideEndpoint + `"], conditions: {ready: true}}]
+`
+
+// TestNodeInANetworkNamespace runs the node in a network namespace of its
+// own, as a container runtime gives it, with kube-proxy's conntrack left
+// unset. There nf_conntrack_max is read-only (Linux 5.12.2 and later) and
+// kube-proxy v1.34 exits when it cannot write its default: without the
+// check (--skip-container-checks=conntrack) nodeinit restarts it on every
+// backoff; with it, nodeinit passes --conntrack-max-per-core=0, logs why
+// once, and kube-proxy stays up and programs a Service in the node's
+// namespace while the host's sysctls stay as they were.
+func TestNodeInANetworkNamespace(t *testing.T) {
+	c := getCluster(t)
+	flags := []string{"--proxy-restart-backoff=500ms", "--proxy-restart-backoff-max=1s"}
+
+	t.Run("without the check kube-proxy is restarted on every backoff", func(t *testing.T) {
+		ns := newNodeNetns(t)
+		k := c.startNodeInNetns(t, ns, append(flags, "--skip-container-checks=conntrack")...)
+		var after time.Duration
+		for range 3 {
+			after = k.waitLog(30*time.Second, after, `"Proxy ended; restarting after backoff"`).at + time.Microsecond
+		}
+		proxyLog, _ := os.ReadFile(filepath.Join(k.dir, "logs", "proxy.log"))
+		if !strings.Contains(string(proxyLog), "nf_conntrack_max") {
+			t.Errorf("kube-proxy's log does not name nf_conntrack_max:\n%s", testenv.Tail(string(proxyLog), 20))
+		}
+		t.Logf("kube-proxy exited 3 times on nf_conntrack_max: %s", lastLineWith(string(proxyLog), "nf_conntrack_max"))
+		ns.stopNode(k)
+	})
+
+	t.Run("with the check kube-proxy stays up and programs a Service", func(t *testing.T) {
+		ns := newNodeNetns(t)
+		k := c.startNodeInNetns(t, ns, flags...)
+		line := k.waitLog(30*time.Second, 0, `"Adjusted the node to its container"`, `check="conntrack"`)
+		if !strings.Contains(line.text, "nf_conntrack_max is read-only") {
+			t.Errorf("the adjustment does not say why: %s", line.text)
+		}
+		if n := len(k.lines(`"Adjusted the node to its container"`, `check="conntrack"`)); n != 1 {
+			t.Errorf("%d log lines for the conntrack adjustment; want 1", n)
+		}
+		_, took := k.waitReady(90 * time.Second)
+		t.Logf("Node Ready %v after nodeinit started, in its own network namespace", took.Round(10*time.Millisecond))
+		proxy := k.children()["kube-proxy"]
+		if args := strings.Join(cmdline(proxy), " "); !strings.Contains(args, "--conntrack-max-per-core=0") {
+			t.Errorf("kube-proxy's command line lacks --conntrack-max-per-core=0: %s", args)
+		}
+		k.create("/api/v1/namespaces/default/services", "outside", outsideService)
+		k.create("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", "outside-1", outsideEndpoints)
+		var s service
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		must(t, k.c.api.get(ctx, "/api/v1/namespaces/default/services/outside", &s))
+		start := time.Now()
+		var rules string
+		for {
+			rules, _ = ns.run(10*time.Second, "iptables-save", "-t", "nat")
+			if strings.Contains(rules, "-d "+s.Spec.ClusterIP+"/32") && strings.Contains(rules, "--to-destination "+outsideEndpoint+":8080") {
+				break
+			}
+			if time.Since(start) > 60*time.Second {
+				k.dumpLogs()
+				t.Fatalf("kube-proxy did not program Service outside (%s) in the node's network namespace; its nat table:\n%s", s.Spec.ClusterIP, rules)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Logf("kube-proxy programmed Service outside (%s -> %s:8080) in the node's network namespace %v after it was created",
+			s.Spec.ClusterIP, outsideEndpoint, time.Since(start).Round(10*time.Millisecond))
+		if ended := k.lines(`"Proxy ended`); len(ended) > 0 {
+			t.Errorf("kube-proxy ended while the node ran: %v", ended)
+		}
+		if now := k.children()["kube-proxy"]; now != proxy {
+			t.Errorf("kube-proxy is pid %d, was %d: it was restarted", now, proxy)
+		}
+		ns.stopNode(k)
+	})
+}
+
+// lines are the lines of nodeinit's log that hold every one of words.
+func (k *kubeNode) lines(words ...string) []string {
+	var out []string
+	for _, l := range nodeinitLines(k.log()) {
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(l.text, w)
+		}
+		if all {
+			out = append(out, l.text)
+		}
+	}
+	return out
+}
+
+func lastLineWith(text, word string) string {
+	last := ""
+	for l := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(l, word) {
+			last = l
+		}
+	}
+	return last
+}
+
+// nodeNetns is a network namespace the test made for a node, kept by a
+// bind mount of its own in the test's directory (nodeinit's mount
+// namespace sees it), with a veth to the host and the API server forwarded
+// into it.
+type nodeNetns struct {
+	t    *testing.T
+	path string // the namespace's file
+	api  net.Listener
+}
+
+// newNodeNetns makes the namespace: loopback up, netnsNodeIP on the veth's
+// end inside, the other end up on the host without an address, and a
+// listener on its 127.0.0.1:6443 that the test forwards to the API server.
+func newNodeNetns(t *testing.T) *nodeNetns {
+	t.Helper()
+	ns := &nodeNetns{t: t, path: filepath.Join(t.TempDir(), "net")}
+	must(t, os.WriteFile(ns.path, nil, 0o600))
+	if _, err := run(10*time.Second, "unshare", "--net="+ns.path, "true"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.close) // again, if the node's cleanup has not
+	// "netns 1": the other end goes to the namespace of the host's PID 1.
+	for _, argv := range [][]string{
+		{"ip", "link", "set", "lo", "up"},
+		{"ip", "link", "add", netnsNodeLink, "type", "veth", "peer", "name", netnsHostLink, "netns", "1"},
+		{"ip", "addr", "add", netnsNodeIP + "/24", "dev", netnsNodeLink},
+		{"ip", "link", "set", netnsNodeLink, "up"},
+	} {
+		if _, err := ns.run(10*time.Second, argv...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := run(10*time.Second, "ip", "link", "set", netnsHostLink, "up"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ns.listen("127.0.0.1:6443")
+	must(t, err)
+	ns.api = l
+	go ns.forward(strings.TrimPrefix(apiServer, "https://"))
+	return ns
+}
+
+// run runs a command in the namespace.
+func (ns *nodeNetns) run(timeout time.Duration, argv ...string) (string, error) {
+	return run(timeout, append([]string{"nsenter", "--net=" + ns.path, "--"}, argv...)...)
+}
+
+// listen opens a TCP listener inside the namespace: on a thread of its own
+// that enters it and comes back (a socket stays in the namespace it was
+// made in). A thread that cannot come back is never used again.
+func (ns *nodeNetns) listen(addr string) (net.Listener, error) {
+	runtime.LockOSThread()
+	own, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer own.Close()
+	target, err := os.Open(ns.path)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return nil, fmt.Errorf("enter the node's network namespace: %w", err)
+	}
+	l, lerr := net.Listen("tcp", addr)
+	if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, errors.Join(lerr, fmt.Errorf("return to the test's network namespace: %w", err)) // the thread stays locked and dies with its goroutine
+	}
+	runtime.UnlockOSThread()
+	return l, lerr
+}
+
+// forward copies every connection to the namespace's listener to addr on
+// the host, both ways, until the listener is closed.
+func (ns *nodeNetns) forward(addr string) {
+	for {
+		in, err := ns.api.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer in.Close()
+			out, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				return
+			}
+			defer out.Close()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
+			<-done
+		}()
+	}
+}
+
+// stopNode stops the node with TERM and checks the order, then ends the
+// namespace, so that the node's teardown finds the host's links as before.
+func (ns *nodeNetns) stopNode(k *kubeNode) {
+	ns.t.Helper()
+	ns.t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+	ns.close()
+}
+
+// close ends the namespace: the forwarder, its mount, and waits for the
+// veth to go with it (once no process is left in it).
+func (ns *nodeNetns) close() {
+	if ns.api != nil {
+		ns.api.Close()
+		ns.api = nil
+	}
+	if err := unix.Unmount(ns.path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		ns.t.Errorf("unmount the node's network namespace: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := net.InterfaceByName(netnsHostLink); err != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			ns.t.Errorf("the veth %s is still on the host 10s after its namespace ended", netnsHostLink)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startNodeInNetns starts a node as startNode does, inside ns: the kubelet
+// with ns's address as its node IP, kube-proxy with its conntrack
+// settings unset (its flags as proxyFlags has them, less the conntrack
+// ones), and more nodeinit flags.
+func (c *cluster) startNodeInNetns(t *testing.T, ns *nodeNetns, flags ...string) *kubeNode {
+	t.Helper()
+	dir := t.TempDir()
+	c.writeNodeFiles(t, dir, dir, nodeSpec{})
+	var args []string
+	for _, a := range c.nodeArgs(dir, nodeSpec{flags: flags}) {
+		switch {
+		case strings.HasPrefix(strings.TrimPrefix(a, "--proxy-arg="), "--conntrack-"):
+		case strings.HasPrefix(a, "--node-ip="):
+			args = append(args, "--node-ip="+netnsNodeIP)
+		default:
+			args = append(args, a)
+		}
+	}
+	k := c.launchNodeWith(t, dir, testenv.Options{Prefix: []string{"nsenter", "--net=" + ns.path, "--"}}, args...)
+	// Before the node's teardown, which checks the host's links: the node
+	// must have ended for its namespace, and the veth with it, to go.
+	t.Cleanup(func() {
+		if k.running() {
+			k.stop(60 * time.Second)
+		}
+		ns.close()
+	})
+	return k
+}
