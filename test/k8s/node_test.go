@@ -88,6 +88,8 @@ type kubeNode struct {
 	log     func() string
 	running func() bool
 	stop    func(timeout time.Duration) int
+	// wait waits for nodeinit to end by itself and returns its exit code.
+	wait func(timeout time.Duration) int
 	// created are the API objects the test made, deleted at the end.
 	created []string
 }
@@ -239,6 +241,7 @@ func (c *cluster) launchNodeWith(t *testing.T, dir string, o testenv.Options, ar
 		n.Signal(syscall.SIGTERM)
 		return n.Wait(timeout)
 	}
+	k.wait = n.Wait
 	t.Cleanup(func() {
 		if n.Running() {
 			if pid, err := findPID1(n); err == nil {

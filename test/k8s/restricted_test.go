@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -305,4 +306,111 @@ func (c *cluster) startNodeInNetns(t *testing.T, ns *nodeNetns, flags ...string)
 		ns.close()
 	})
 	return k
+}
+
+// hideDevKmsg makes /dev a tmpfs of nodeinit's mount namespace with the
+// host's null, zero, random, urandom and full, and no kmsg, as in a
+// container without it. /dev is made private first, so nothing of it
+// reaches the host; $NODE_DIR is the node's directory.
+const hideDevKmsg = `mount --make-rprivate /dev
+mkdir -p "$NODE_DIR/hostdev"
+mount --rbind /dev "$NODE_DIR/hostdev"
+mount -t tmpfs -o mode=755 tmpfs /dev
+for d in null zero random urandom full; do touch /dev/$d; mount --bind "$NODE_DIR/hostdev/$d" /dev/$d; done
+umount -l "$NODE_DIR/hostdev"`
+
+// fakeSwap puts a /proc/swaps that lists a swap file over the real one, in
+// nodeinit's mount namespace only: the kubelet reads swap from there.
+const fakeSwap = `printf 'Filename\tType\tSize\tUsed\tPriority\n/swapfile                               file\t\t1048572\t\t0\t\t-2\n' > "$NODE_DIR/swaps"
+mount --bind "$NODE_DIR/swaps" /proc/swaps`
+
+// startNodeIn starts a node as startNode does, after setup (a shell script
+// run in nodeinit's mount namespace first) has made the container
+// restricted; edit, when set, changes the kubelet's configuration file.
+func (c *cluster) startNodeIn(t *testing.T, setup string, edit func(string) string, flags ...string) *kubeNode {
+	t.Helper()
+	dir := t.TempDir()
+	c.writeNodeFiles(t, dir, dir, nodeSpec{})
+	if edit != nil {
+		file := filepath.Join(dir, "kubelet.yaml")
+		b, err := os.ReadFile(file)
+		must(t, err)
+		must(t, os.WriteFile(file, []byte(edit(string(b))), 0o600))
+	}
+	prefix := []string{"/bin/sh", "-c", "set -e\n" + setup + "\nexec \"$@\"", "setup"}
+	return c.launchNodeWith(t, dir, testenv.Options{Prefix: prefix, Env: []string{"NODE_DIR=" + dir}}, c.nodeArgs(dir, nodeSpec{flags: flags})...)
+}
+
+// executorLog is the kubelet's output.
+func (k *kubeNode) executorLog() string {
+	b, _ := os.ReadFile(filepath.Join(k.dir, "logs", "executor.log"))
+	return string(b)
+}
+
+// TestNodeWithoutDevKmsg: in a container without /dev/kmsg the real
+// kubelet exits (its OOM watcher cannot open it) when the check is
+// skipped; with it, nodeinit binds /dev/null over /dev/kmsg, says once
+// that kernel OOM events are not seen, and the Node is Ready.
+func TestNodeWithoutDevKmsg(t *testing.T) {
+	c := getCluster(t)
+	t.Run("without the check the kubelet exits", func(t *testing.T) {
+		k := c.startNodeIn(t, hideDevKmsg, nil, "--skip-container-checks=kmsg")
+		code := k.wait(60 * time.Second)
+		line := lastLineWith(k.executorLog(), "/dev/kmsg")
+		if code == 0 || line == "" {
+			t.Fatalf("nodeinit exited %d; want the kubelet's failure on /dev/kmsg; the kubelet's log:\n%s", code, testenv.Tail(k.executorLog(), 20))
+		}
+		t.Logf("the kubelet exited, nodeinit with it (%d): %s", code, line)
+	})
+	t.Run("with the check the Node is Ready", func(t *testing.T) {
+		k := c.startNodeIn(t, hideDevKmsg, nil)
+		k.waitLog(30*time.Second, 0, `"Adjusted the node to its container"`, `check="kmsg"`)
+		if a := k.lines(`"Adjusted the node to its container"`, `check="kmsg"`, "kernel OOM events"); len(a) != 1 {
+			t.Errorf("want one line for the /dev/kmsg adjustment; log:\n%s", k.log())
+		}
+		_, took := k.waitReady(90 * time.Second)
+		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
+		t.Logf("Node Ready %v after nodeinit started, with /dev/null as /dev/kmsg; static pod Running", took.Round(10*time.Millisecond))
+		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+	})
+}
+
+// TestNodeWithSwapOn: swap is on and the kubelet's failSwapOn is left to
+// its default (true). Skipping the check, the real kubelet starts and
+// exits on the swap; with it nodeinit names failSwapOn in one line and
+// exits 1 before starting anything; with failSwapOn: false, as that line
+// says, the Node is Ready.
+func TestNodeWithSwapOn(t *testing.T) {
+	c := getCluster(t)
+	unset := func(conf string) string { return strings.Replace(conf, "failSwapOn: false\n", "", 1) }
+	t.Run("without the check the kubelet exits", func(t *testing.T) {
+		k := c.startNodeIn(t, fakeSwap, unset, "--skip-container-checks=swap")
+		code := k.wait(60 * time.Second)
+		line := lastLineWith(k.executorLog(), "swap")
+		if code == 0 || !strings.Contains(line, "swap on is not supported") {
+			t.Fatalf("nodeinit exited %d; want the kubelet's failure on swap; the kubelet's log:\n%s", code, testenv.Tail(k.executorLog(), 20))
+		}
+		t.Logf("the kubelet exited, nodeinit with it (%d): %s", code, line)
+	})
+	t.Run("with the check one line names failSwapOn", func(t *testing.T) {
+		k := c.startNodeIn(t, fakeSwap, unset)
+		if code := k.wait(30 * time.Second); code != 1 {
+			t.Errorf("nodeinit exited %d; want 1", code)
+		}
+		errs := k.lines("E")
+		errs = slices.DeleteFunc(errs, func(l string) bool { return !strings.HasPrefix(l, "E") })
+		if len(errs) != 1 || !strings.Contains(errs[0], "Swap is on (/swapfile)") || !strings.Contains(errs[0], "set failSwapOn: false in "+filepath.Join(k.dir, "kubelet.yaml")) {
+			t.Errorf("want one error line naming the swap and failSwapOn in the kubelet's file; got %q", errs)
+		}
+		if log := k.executorLog(); log != "" {
+			t.Errorf("the kubelet was started:\n%s", testenv.Tail(log, 10))
+		}
+		t.Logf("%s", errs)
+	})
+	t.Run("with failSwapOn false the Node is Ready", func(t *testing.T) {
+		k := c.startNodeIn(t, fakeSwap, nil)
+		_, took := k.waitReady(90 * time.Second)
+		t.Logf("Node Ready %v after nodeinit started, with swap on and failSwapOn: false", took.Round(10*time.Millisecond))
+		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+	})
 }
