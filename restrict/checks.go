@@ -156,9 +156,10 @@ func checkDelegation(p *Plan, h *host) {
 			strings.Join(delegated, ", "), strings.Join(missing, ", "), map[bool]string{true: "is", false: "are"}[len(missing) == 1])
 	case len(readOnly) > 0:
 		slices.Sort(readOnly)
-		p.refuse("In a user namespace the kubelet needs to write the container's cgroup, and %s is not writable: "+
+		readOnly = slices.Compact(readOnly)
+		p.refuse("In a user namespace the kubelet needs to write the container's cgroup, and %s %s not writable: "+
 			"delegate the cgroup to the container's user (systemd: Delegate=yes), or run the container with a writable cgroupfs",
-			strings.Join(slices.Compact(readOnly), " "))
+			strings.Join(readOnly, " "), map[bool]string{true: "is", false: "are"}[len(readOnly) == 1])
 	}
 }
 
@@ -226,6 +227,12 @@ func optional(n *int32) (string, bool) {
 // do); one the operator set is left as it is, with a warning.
 func checkConntrack(p *Plan, h *host, in Input) {
 	if !isKubeProxy(in) {
+		return
+	}
+	if h.foreignNetns {
+		p.warn("kube-proxy cannot program this network namespace: it belongs to a user namespace outside the container's, where the container's root " +
+			"has no CAP_NET_ADMIN (iptables: \"Permission denied (you must be root)\"); give the container a network namespace of its own " +
+			"(rootless podman's default), or run no proxy (--run-proxy=false)")
 		return
 	}
 	px := in.Config.Proxy

@@ -3,6 +3,7 @@ package restrict
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // host is what the checks share of the container below root.
@@ -21,6 +24,10 @@ type host struct {
 	uidMap string
 	// capSysAdmin: CAP_SYS_ADMIN is in this process's effective set.
 	capSysAdmin bool
+	// foreignNetns: the network namespace belongs to a user namespace
+	// other than this process's (rootless, on the host's network), where
+	// no capability of the container's root reaches.
+	foreignNetns bool
 	// nofile is RLIMIT_NOFILE's soft limit, 0 when unknown.
 	nofile uint64
 	mounts []*mountinfo.Info
@@ -37,6 +44,17 @@ func readHost(root string) *host {
 	if b, err := os.ReadFile(h.path("proc/self/uid_map")); err == nil {
 		h.uidMap = strings.Join(strings.Fields(string(b)), " ")
 		h.userNS = h.uidMap != fullUIDMap
+	}
+	// The kernel refuses to name an owner outside this process's user
+	// namespace (EPERM): then it is an ancestor's.
+	switch dev, ino, err := linux.NamespaceOwner(h.path("proc/self/ns/net")); {
+	case errors.Is(err, unix.EPERM):
+		h.foreignNetns = true
+	case err == nil:
+		var own unix.Stat_t
+		if unix.Stat(h.path("proc/self/ns/user"), &own) == nil {
+			h.foreignNetns = own.Dev != dev || own.Ino != ino
+		}
 	}
 	if b, err := os.ReadFile(h.path("proc/self/status")); err == nil {
 		for l := range strings.SplitSeq(string(b), "\n") {

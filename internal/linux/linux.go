@@ -267,3 +267,25 @@ func Mount(source, target, fstype string, flags uintptr, data string) error {
 	}
 	return nil
 }
+
+// NamespaceOwner identifies the user namespace that owns the namespace at
+// path (a /proc/PID/ns file): ioctl(NS_GET_USERNS), then fstat of what it
+// returns, as device and inode, which compare with a stat of
+// /proc/PID/ns/user.
+func NamespaceOwner(path string) (dev, ino uint64, err error) {
+	fd, err := Open(path, unix.O_RDONLY, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unix.Close(fd)
+	owner, err := retry2(func() (int, error) { return unix.IoctlRetInt(fd, unix.NS_GET_USERNS) })
+	if err != nil {
+		return 0, 0, &os.PathError{Op: "ioctl NS_GET_USERNS", Path: path, Err: err}
+	}
+	defer unix.Close(owner)
+	var st unix.Stat_t
+	if err := Fstat(owner, &st); err != nil {
+		return 0, 0, err
+	}
+	return st.Dev, st.Ino, nil
+}

@@ -28,14 +28,15 @@ out="$(dirname "$0")/report"
 
 // restricted is one run of nodeinit in a private mount namespace that
 // setup (a shell script run there first) makes into a restricted
-// container, with fakeKubelet as its executor.
+// container, with fakeKubelet as its executor; o says more of how
+// (read-only mounts, a user namespace).
 type restricted struct {
 	n      *testenv.Node
 	dir    string
 	report string
 }
 
-func runRestricted(t *testing.T, setup string, readOnly []string, flags []string, kubeletArgs ...string) restricted {
+func runRestricted(t *testing.T, o testenv.Options, setup string, flags []string, kubeletArgs ...string) restricted {
 	t.Helper()
 	testenv.RequireRoot(t)
 	dir := t.TempDir()
@@ -48,7 +49,8 @@ func runRestricted(t *testing.T, setup string, readOnly []string, flags []string
 	if setup != "" {
 		prefix = []string{"/bin/sh", "-c", "set -e\n" + setup + "\nexec \"$@\"", "setup"}
 	}
-	n := testenv.Launch(t, testenv.Options{MountNS: true, Prefix: prefix, ReadOnly: readOnly, Env: []string{"DIR=" + dir}}, args...)
+	o.MountNS, o.Prefix, o.Env = true, prefix, []string{"DIR=" + dir}
+	n := testenv.Launch(t, o, args...)
 	n.Wait(30 * time.Second)
 	r := restricted{n: n, dir: dir}
 	if b, err := os.ReadFile(filepath.Join(dir, "report")); err == nil {
@@ -85,7 +87,7 @@ umount -l "$DIR/hostdev"`
 // No /dev/kmsg: nodeinit binds /dev/null over it for a kubelet and says
 // once why; skipped, the kubelet finds none.
 func TestMissingDevKmsg(t *testing.T) {
-	r := runRestricted(t, hideKmsg, nil, nil)
+	r := runRestricted(t, testenv.Options{}, hideKmsg, nil)
 	if got := r.line("kmsg"); got != "character special file 1:3" {
 		t.Errorf("the kubelet's /dev/kmsg is %q; want /dev/null (character special file 1:3); log:\n%s", got, r.n.Log())
 	}
@@ -94,7 +96,7 @@ func TestMissingDevKmsg(t *testing.T) {
 	}
 	t.Logf("%s", r.adjusted("kmsg"))
 
-	r = runRestricted(t, hideKmsg, nil, []string{"--skip-container-checks=kmsg"})
+	r = runRestricted(t, testenv.Options{}, hideKmsg, []string{"--skip-container-checks=kmsg"})
 	if got := r.line("kmsg"); !strings.Contains(got, "No such file") {
 		t.Errorf("with the check skipped the kubelet's /dev/kmsg is %q; want none", got)
 	}
@@ -112,7 +114,7 @@ mount --bind "$DIR/swaps" /proc/swaps`
 // exit 1, the kubelet never started; with failSwapOn false in its
 // configuration, or the check skipped, it starts.
 func TestSwapOn(t *testing.T) {
-	r := runRestricted(t, swapOn, nil, nil)
+	r := runRestricted(t, testenv.Options{}, swapOn, nil)
 	if code := r.n.ExitCode(); code != 1 {
 		t.Errorf("nodeinit exited %d; want 1", code)
 	}
@@ -133,7 +135,7 @@ func TestSwapOn(t *testing.T) {
 		"failSwapOn false": {nil, []string{"--config=" + conf}},
 		"check skipped":    {[]string{"--skip-container-checks=swap"}, nil},
 	} {
-		r = runRestricted(t, swapOn, nil, run.flags, run.kubelet...)
+		r = runRestricted(t, testenv.Options{}, swapOn, run.flags, run.kubelet...)
 		if code := r.n.ExitCode(); code != 0 || r.report == "" {
 			t.Errorf("%s: nodeinit exited %d, the kubelet's report %q; want it run, exit 0\n%s", name, code, r.report, r.n.Log())
 		}
@@ -144,7 +146,7 @@ func TestSwapOn(t *testing.T) {
 // (ramfs): one line naming the mount and its device, exit 1.
 func TestRootDirOnAFileSystemTheKubeletCannotFind(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "kubelet-root")
-	r := runRestricted(t, fmt.Sprintf(`mkdir -p %s && mount -t ramfs ramfs-of-the-test %s`, dir, dir), nil, nil, "--root-dir="+dir)
+	r := runRestricted(t, testenv.Options{}, fmt.Sprintf(`mkdir -p %s && mount -t ramfs ramfs-of-the-test %s`, dir, dir), nil, "--root-dir="+dir)
 	if code := r.n.ExitCode(); code != 1 {
 		t.Errorf("nodeinit exited %d; want 1", code)
 	}
@@ -162,7 +164,7 @@ func TestLoopbackNameservers(t *testing.T) {
 	const stub = `printf 'nameserver 127.0.0.53\noptions edns0\n' > "$DIR/resolv.conf"
 mount --bind "$DIR/resolv.conf" /etc/resolv.conf
 mount -t tmpfs tmpfs /run`
-	r := runRestricted(t, stub+"\nmkdir -p /run/systemd/resolve\nprintf 'nameserver 192.0.2.53\\n' > /run/systemd/resolve/resolv.conf", nil, nil)
+	r := runRestricted(t, testenv.Options{}, stub+"\nmkdir -p /run/systemd/resolve\nprintf 'nameserver 192.0.2.53\\n' > /run/systemd/resolve/resolv.conf", nil)
 	if args := r.line("args"); !strings.Contains(args, "--resolv-conf=/run/systemd/resolve/resolv.conf") {
 		t.Errorf("the kubelet's arguments are %q; want --resolv-conf=/run/systemd/resolve/resolv.conf\n%s", args, r.n.Log())
 	}
@@ -170,7 +172,7 @@ mount -t tmpfs tmpfs /run`
 		t.Errorf("want one line for the adjustment naming the loopback nameserver; got %q", a)
 	}
 
-	r = runRestricted(t, stub, nil, nil)
+	r = runRestricted(t, testenv.Options{}, stub, nil)
 	if args := r.line("args"); strings.Contains(args, "--resolv-conf") {
 		t.Errorf("without systemd-resolved's file the kubelet got %q", args)
 	}
@@ -178,7 +180,7 @@ mount -t tmpfs tmpfs /run`
 		t.Errorf("want one warning that the pods' resolver would loop; log:\n%s", r.n.Log())
 	}
 
-	r = runRestricted(t, stub+"\nmkdir -p /run/systemd/resolve\nprintf 'nameserver 192.0.2.53\\n' > /run/systemd/resolve/resolv.conf", nil, nil,
+	r = runRestricted(t, testenv.Options{}, stub+"\nmkdir -p /run/systemd/resolve\nprintf 'nameserver 192.0.2.53\\n' > /run/systemd/resolve/resolv.conf", nil,
 		"--resolv-conf=/etc/k8s-resolv.conf")
 	if args := r.line("args"); strings.Count(args, "--resolv-conf") != 1 {
 		t.Errorf("the operator's --resolv-conf must stay the only one: %q", args)
@@ -207,7 +209,7 @@ func TestReadOnlyCgroupfsIsRemountedForAKubelet(t *testing.T) {
 		}
 		return out
 	}
-	r := runRestricted(t, "", mounts, nil)
+	r := runRestricted(t, testenv.Options{ReadOnly: mounts}, "", nil)
 	got := options(r)
 	for _, m := range mounts {
 		if o := got[m]; !strings.HasPrefix(o, "rw,") {
@@ -218,7 +220,7 @@ func TestReadOnlyCgroupfsIsRemountedForAKubelet(t *testing.T) {
 		t.Errorf("%d adjustments logged for %d read-only cgroup mounts:\n%s", len(a), len(mounts), strings.Join(a, "\n"))
 	}
 
-	r = runRestricted(t, "", mounts, []string{"--skip-container-checks=cgroupfs"})
+	r = runRestricted(t, testenv.Options{ReadOnly: mounts}, "", []string{"--skip-container-checks=cgroupfs"})
 	got = options(r)
 	for _, m := range mounts {
 		if o := got[m]; !strings.HasPrefix(o, "ro,") {
@@ -251,16 +253,58 @@ func TestLowInotifyLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := runRestricted(t, "", nil, nil)
+	r := runRestricted(t, testenv.Options{}, "", nil)
 	if w := r.n.Lines('W', "fs.inotify.max_user_instances is", "below the 512", "sysctl -w fs.inotify.max_user_instances=512"); len(w) != 1 {
 		t.Errorf("want one warning with the sysctl to set; log:\n%s", r.n.Log())
 	}
 
-	r = runRestricted(t, "", nil, []string{"--raise-inotify-limits"})
+	r = runRestricted(t, testenv.Options{}, "", []string{"--raise-inotify-limits"})
 	if a := r.adjusted("inotify"); len(a) == 0 || !strings.Contains(strings.Join(a, "\n"), "fs.inotify.max_user_instances=512") {
 		t.Errorf("want the raise logged; log:\n%s", r.n.Log())
 	}
 	if now, _ := os.ReadFile(file); strings.TrimSpace(string(now)) != "512" {
 		t.Errorf("%s is %s after --raise-inotify-limits; want 512", file, now)
 	}
+}
+
+// In a user namespace nodeinit adds KubeletInUserNamespace=true to a
+// kubelet's feature gates beside the operator's own, and refuses in one line
+// (exit 1) when the cgroups the kubelet needs cannot be written.
+func TestUserNamespace(t *testing.T) {
+	userns := testenv.Options{Unshare: []string{"--user", "--map-root-user"}}
+	r := runRestricted(t, userns, "", nil, "--feature-gates=NodeSwap=true")
+	args := r.line("args")
+	if !strings.Contains(args, "--feature-gates=NodeSwap=true") || !strings.Contains(args, "--feature-gates=KubeletInUserNamespace=true") {
+		t.Errorf("the kubelet's arguments are %q; want the operator's gates and KubeletInUserNamespace=true\n%s", args, r.n.Log())
+	}
+	if a := r.adjusted("user-namespace"); len(a) != 1 {
+		t.Errorf("want one line for the gate; got %q", a)
+	}
+	// The operator's own value stays, with a warning.
+	r = runRestricted(t, userns, "", nil, "--feature-gates=KubeletInUserNamespace=false")
+	if args := r.line("args"); strings.Count(args, "KubeletInUserNamespace") != 1 {
+		t.Errorf("the operator's KubeletInUserNamespace=false was overridden: %q", args)
+	}
+	if w := r.n.Lines('W', "sets KubeletInUserNamespace=false"); len(w) != 1 {
+		t.Errorf("want one warning about the operator's false; log:\n%s", r.n.Log())
+	}
+
+	l, err := cgroups.ReadLayout("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := userns
+	for _, h := range l.Hierarchies {
+		ro.ReadOnly = append(ro.ReadOnly, h.Mountpoint)
+	}
+	testenv.Require(t, len(ro.ReadOnly) > 0, "a mounted cgroup hierarchy")
+	r = runRestricted(t, ro, "", []string{"--skip-container-checks=cgroupfs"})
+	if code := r.n.ExitCode(); code != 1 || r.report != "" {
+		t.Errorf("nodeinit exited %d, the kubelet's report %q; want exit 1 before the kubelet starts", code, r.report)
+	}
+	errs := r.n.Lines('E')
+	if len(errs) != 1 || !strings.Contains(errs[0], "In a user namespace the kubelet needs to write the container's cgroup") {
+		t.Errorf("want one error line that the cgroup is not writable; got %q", errs)
+	}
+	t.Logf("%s", errs)
 }

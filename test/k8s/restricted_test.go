@@ -414,3 +414,47 @@ func TestNodeWithSwapOn(t *testing.T) {
 		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
 	})
 }
+
+// TestNodeInAUserNamespace runs the real kubelet and kube-proxy under
+// nodeinit in a user namespace (unshare --user --map-root-user, uid_map
+// "0 0 1"), as in a rootless or userns-remapped container. Without the
+// checks the kubelet exits on /dev/kmsg; with them nodeinit adds
+// KubeletInUserNamespace=true to its feature gates, says once why, and
+// the Node is Ready and a static pod runs. kube-proxy, on the host's
+// network namespace, which this user namespace does not own, cannot work:
+// nodeinit says so in one line.
+func TestNodeInAUserNamespace(t *testing.T) {
+	c := getCluster(t)
+	start := func(t *testing.T, flags ...string) *kubeNode {
+		dir := t.TempDir()
+		c.writeNodeFiles(t, dir, dir, nodeSpec{})
+		return c.launchNodeWith(t, dir, testenv.Options{Unshare: []string{"--user", "--map-root-user"}}, c.nodeArgs(dir, nodeSpec{flags: flags})...)
+	}
+	t.Run("without the checks the kubelet exits", func(t *testing.T) {
+		k := start(t, "--skip-container-checks=user-namespace,kmsg")
+		code := k.wait(60 * time.Second)
+		line := lastLineWith(k.executorLog(), "/dev/kmsg")
+		if code == 0 || line == "" {
+			t.Fatalf("nodeinit exited %d; want the kubelet's failure on /dev/kmsg; the kubelet's log:\n%s", code, testenv.Tail(k.executorLog(), 20))
+		}
+		t.Logf("the kubelet exited, nodeinit with it (%d): %s", code, line)
+	})
+	t.Run("with the checks the Node is Ready and a static pod runs", func(t *testing.T) {
+		k := start(t)
+		k.waitLog(30*time.Second, 0, `"Adjusted the node to its container"`, `check="user-namespace"`)
+		if a := k.lines(`"Adjusted the node to its container"`, `check="user-namespace"`, "KubeletInUserNamespace=true"); len(a) != 1 {
+			t.Errorf("want one line for the feature gate; log:\n%s", k.log())
+		}
+		if w := k.lines("kube-proxy cannot program this network namespace"); len(w) != 1 {
+			t.Errorf("want one line saying why kube-proxy cannot work here; log:\n%s", k.log())
+		}
+		_, took := k.waitReady(90 * time.Second)
+		if args := strings.Join(cmdline(k.children()["kubelet"]), " "); !strings.Contains(args, "--feature-gates=KubeletInUserNamespace=true") {
+			t.Errorf("the kubelet's command line lacks the gate: %s", args)
+		}
+		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
+		t.Logf("Node Ready %v after nodeinit started in a user namespace; static pod Running %v after", took.Round(10*time.Millisecond),
+			time.Since(k.started).Round(10*time.Millisecond))
+		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+	})
+}
