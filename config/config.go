@@ -160,13 +160,26 @@ const (
 	CheckCgroupfs      = "cgroupfs"       // cgroupfs mounted read-only
 	CheckUserNamespace = "user-namespace" // a user namespace: the kubelet's gate, delegation
 	CheckNofile        = "nofile"         // RLIMIT_NOFILE below a node's needs
+	CheckIPTables      = "iptables"       // the iptables backend the namespace's rules are in
 	// SkipAllChecks in containerChecks.skip leaves every check out.
 	SkipAllChecks = "all"
 )
 
 // ContainerCheckNames are the checks in the order nodeinit makes them.
 var ContainerCheckNames = []string{CheckCgroupfs, CheckUserNamespace, CheckNofile, CheckConntrack, CheckKmsg, CheckSwap,
-	CheckRootfsDevice, CheckInotify, CheckResolvConf}
+	CheckRootfsDevice, CheckInotify, CheckResolvConf, CheckIPTables}
+
+// The iptables backends containerChecks.iptablesBackend names: auto
+// detects the one the network namespace's rules are in, none leaves the
+// children's PATH as it is.
+const (
+	IPTablesAuto   = "auto"
+	IPTablesLegacy = "legacy"
+	IPTablesNFT    = "nft"
+	IPTablesNone   = "none"
+)
+
+var iptablesBackends = []string{IPTablesAuto, IPTablesLegacy, IPTablesNFT, IPTablesNone}
 
 // ContainerChecks says which checks of its container nodeinit leaves out,
 // and whether it may raise the inotify limits. A DaemonSet that shares the
@@ -178,6 +191,10 @@ type ContainerChecks struct {
 	// max_user_watches up to what a node needs where they are lower and
 	// writable, instead of only warning. They are the host's.
 	RaiseInotifyLimits bool `json:"raiseInotifyLimits"`
+	// IPTablesBackend is the iptables the children find first in PATH:
+	// auto (the backend the network namespace's rules are in), legacy,
+	// nft, or none (PATH as it is).
+	IPTablesBackend string `json:"iptablesBackend"`
 }
 
 // Skips reports whether check is left out.
@@ -210,6 +227,7 @@ func Default() Config {
 		ShutdownGracePeriod: Duration{10 * time.Second},
 		Logging:             Logging{MaxSize: 10, MaxBackups: 5, MaxAge: 7},
 		Cgroup:              Cgroup{MesosPrefix: "mesos", V2Leaf: "nodeinit"},
+		ContainerChecks:     ContainerChecks{IPTablesBackend: IPTablesAuto},
 	}
 }
 

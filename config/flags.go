@@ -100,6 +100,8 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 		"leave out these `CHECKS` of the container and what nodeinit adjusts for them, comma-separated: "+strings.Join(ContainerCheckNames, ", ")+", or all")
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.ContainerChecks.RaiseInotifyLimits }, "raise-inotify-limits", "containerChecks.raiseInotifyLimits",
 		"raise the host's fs.inotify.max_user_instances and max_user_watches to what a node needs when they are lower and writable, instead of only warning")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.ContainerChecks.IPTablesBackend }, "iptables-backend", "containerChecks.iptablesBackend",
+		"the iptables `BACKEND` whose commands the executor and the proxy find first in PATH: auto (the one the network namespace's rules are in), legacy, nft, or none (PATH as it is)")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.ReadyURL }, "ready-url", "readyURL",
 		"with NOTIFY_SOCKET set, report READY=1 only once this `URL` answers 200 (e.g. the kubelet's http://127.0.0.1:10248/healthz)")
 

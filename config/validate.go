@@ -105,6 +105,7 @@ func (c *Config) Validate() []FieldError {
 
 	v.duration("gracefulNodeShutdown.delay", c.GracefulNodeShutdown.Delay, 0)
 
+	v.oneOf("containerChecks.iptablesBackend", c.ContainerChecks.IPTablesBackend, iptablesBackends...)
 	for i, name := range c.ContainerChecks.Skip {
 		v.oneOf(fmt.Sprintf("containerChecks.skip[%d]", i), name, append(slices.Clone(ContainerCheckNames), SkipAllChecks)...)
 	}

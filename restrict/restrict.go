@@ -44,6 +44,9 @@ type Plan struct {
 
 	mounts  []mount
 	sysctls []sysctlWrite
+	// iptables is the xtables-*-multi whose commands Apply links into
+	// pathFirst, which goes first in the children's PATH (Environ).
+	iptables, pathFirst string
 }
 
 // mount is a mount Apply makes: /dev/null over a missing /dev/kmsg, or a
@@ -99,9 +102,12 @@ func Inspect(in Input) Plan {
 		config.CheckRootfsDevice:  checkRootfsDevice,
 		config.CheckInotify:       checkInotify,
 		config.CheckResolvConf:    checkResolvConf,
+		config.CheckIPTables:      checkIPTables,
 	}
 	for _, name := range config.ContainerCheckNames {
-		if !skip(name) {
+		// An iptables backend the operator names applies whatever is
+		// skipped; auto is a check like the others.
+		if !skip(name) || name == config.CheckIPTables {
 			checks[name](&p, h, in)
 		}
 	}

@@ -37,6 +37,7 @@ func writeFlags(cfg *config.Config) int {
 	for _, l := range plan.Describe() {
 		fmt.Fprintln(os.Stderr, "nodeinit:", l)
 	}
+	env = plan.Environ(env)
 	cmds := []node.Command{node.Executor(cfg, env, node.Container{Cgroup: cg.KubeletRoot, ID: cg.ContainerID}, kubelet, plan.KubeletArgs...)}
 	if cfg.Proxy.Run {
 		cmds = append(cmds, node.Proxy(cfg, env, plan.ProxyArgs...))
@@ -114,6 +115,7 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 	// What the container lacks or restricts is adjusted for before the
 	// cgroup is joined: a read-only cgroupfs is remounted first.
 	plan, ok := adjustForContainer(cfg, kubelet)
+	defer plan.Close()
 	if !ok {
 		return exitFailure
 	}
@@ -168,14 +170,14 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 // adjustForContainer checks what the container lacks or restricts, logs
 // every adjustment once with its reason, makes its mounts, and says false
 // (after one line why) when the node cannot run here.
-func adjustForContainer(cfg *config.Config, kubelet node.KubeletConfig) (restrict.Plan, bool) {
+func adjustForContainer(cfg *config.Config, kubelet node.KubeletConfig) (*restrict.Plan, bool) {
 	plan := restrict.Inspect(restrict.Input{Root: "/", Config: cfg, Kubelet: kubelet})
 	for _, w := range plan.Warnings {
 		klog.Warning(w)
 	}
 	if plan.Refusal != "" {
 		klog.ErrorS(nil, plan.Refusal)
-		return plan, false
+		return &plan, false
 	}
 	warnings, err := plan.Apply()
 	for _, w := range warnings {
@@ -183,12 +185,12 @@ func adjustForContainer(cfg *config.Config, kubelet node.KubeletConfig) (restric
 	}
 	if err != nil {
 		klog.ErrorS(err, "Cannot adjust the node to its container")
-		return plan, false
+		return &plan, false
 	}
 	for _, a := range plan.Adjustments {
 		klog.InfoS("Adjusted the node to its container", "check", a.Check, "change", a.What, "reason", a.Reason)
 	}
-	return plan, true
+	return &plan, true
 }
 
 // Bounds on what nodeinit waits for on its way out: a stdout or a service
@@ -203,9 +205,9 @@ const (
 // --log-dir, to rotated files. closeLogs drains the log files once the
 // children are gone. A non-zero code is the exit status for log files that
 // cannot be made.
-func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig, plan restrict.Plan) (sc supervisor.Config, closeLogs func(), code int) {
+func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig, plan *restrict.Plan) (sc supervisor.Config, closeLogs func(), code int) {
 	closeLogs = func() {}
-	env := childEnv(cfg)
+	env := plan.Environ(childEnv(cfg))
 	exe := node.Executor(cfg, env, ct, kubelet, plan.KubeletArgs...)
 	sc = supervisor.Config{
 		Executor: supervisor.Task{Name: "executor", Path: exe.Path, Args: exe.Args, Env: exe.Env,

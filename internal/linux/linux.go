@@ -289,3 +289,22 @@ func NamespaceOwner(path string) (dev, ino uint64, err error) {
 	}
 	return st.Dev, st.Ino, nil
 }
+
+// GetsockoptBytes is getsockopt(2) into buf, for options whose value is a
+// structure the kernel fills (iptables' IPT_SO_GET_INFO, _ENTRIES); it
+// returns the length the kernel wrote. buf's first bytes are the request.
+func GetsockoptBytes(fd, level, opt int, buf []byte) (int, error) {
+	n := uint32(len(buf))
+	err := retry(func() error {
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt),
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		if e != 0 {
+			return e
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, os.NewSyscallError("getsockopt", err)
+	}
+	return int(n), nil
+}

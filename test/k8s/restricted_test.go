@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -156,6 +157,9 @@ type nodeNetns struct {
 	t    *testing.T
 	path string // the namespace's file
 	api  net.Listener
+	// closers end what else the test made in the namespace: its sockets
+	// keep it, and the veth, alive.
+	closers []func() error
 }
 
 // newNodeNetns makes the namespace: loopback up, netnsNodeIP on the veth's
@@ -175,6 +179,9 @@ func newNodeNetns(t *testing.T) *nodeNetns {
 		{"ip", "link", "add", netnsNodeLink, "type", "veth", "peer", "name", netnsHostLink, "netns", "1"},
 		{"ip", "addr", "add", netnsNodeIP + "/24", "dev", netnsNodeLink},
 		{"ip", "link", "set", netnsNodeLink, "up"},
+		// A route for the Services' addresses, which kube-proxy rewrites
+		// once the packet is routed.
+		{"ip", "route", "add", "default", "dev", netnsNodeLink},
 	} {
 		if _, err := ns.run(10*time.Second, argv...); err != nil {
 			t.Fatal(err)
@@ -195,33 +202,51 @@ func (ns *nodeNetns) run(timeout time.Duration, argv ...string) (string, error) 
 	return run(timeout, append([]string{"nsenter", "--net=" + ns.path, "--"}, argv...)...)
 }
 
-// listen opens a TCP listener inside the namespace: on a thread of its own
-// that enters it and comes back (a socket stays in the namespace it was
-// made in). A thread that cannot come back is never used again.
-func (ns *nodeNetns) listen(addr string) (net.Listener, error) {
+// listen opens a TCP listener inside the namespace.
+func (ns *nodeNetns) listen(addr string) (l net.Listener, err error) {
+	err = ns.inside(func() error {
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	return l, err
+}
+
+// dial connects from inside the namespace.
+func (ns *nodeNetns) dial(network, addr string) (c net.Conn, err error) {
+	err = ns.inside(func() error {
+		c, err = net.DialTimeout(network, addr, 2*time.Second)
+		return err
+	})
+	return c, err
+}
+
+// inside runs f on a thread of its own that enters the namespace and comes
+// back (a socket stays in the namespace it was made in). A thread that
+// cannot come back is never used again.
+func (ns *nodeNetns) inside(f func() error) error {
 	runtime.LockOSThread()
 	own, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
 		runtime.UnlockOSThread()
-		return nil, err
+		return err
 	}
 	defer own.Close()
 	target, err := os.Open(ns.path)
 	if err != nil {
 		runtime.UnlockOSThread()
-		return nil, err
+		return err
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("enter the node's network namespace: %w", err)
+		return fmt.Errorf("enter the node's network namespace: %w", err)
 	}
-	l, lerr := net.Listen("tcp", addr)
+	ferr := f()
 	if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, errors.Join(lerr, fmt.Errorf("return to the test's network namespace: %w", err)) // the thread stays locked and dies with its goroutine
+		return errors.Join(ferr, fmt.Errorf("return to the test's network namespace: %w", err)) // the thread stays locked and dies with its goroutine
 	}
 	runtime.UnlockOSThread()
-	return l, lerr
+	return ferr
 }
 
 // forward copies every connection to the namespace's listener to addr on
@@ -258,6 +283,10 @@ func (ns *nodeNetns) stopNode(k *kubeNode) {
 // close ends the namespace: the forwarder, its mount, and waits for the
 // veth to go with it (once no process is left in it).
 func (ns *nodeNetns) close() {
+	for _, c := range ns.closers {
+		_ = c()
+	}
+	ns.closers = nil
 	if ns.api != nil {
 		ns.api.Close()
 		ns.api = nil
@@ -457,4 +486,98 @@ func TestNodeInAUserNamespace(t *testing.T) {
 			time.Since(k.started).Round(10*time.Millisecond))
 		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
 	})
+}
+
+// TestIPTablesBackendOfTheNamespace: the node's network namespace has one
+// rule already, planted in the legacy tables, then in nftables; kube-proxy
+// must put its Services' rules beside it. With --iptables-backend=none the
+// image's default iptables (nft on Debian) is used whatever the namespace
+// holds; with auto, nodeinit puts the backend's commands first in the
+// children's PATH, KUBE-SERVICES lands in that backend each time, and the
+// Service answers from inside the namespace.
+func TestIPTablesBackendOfTheNamespace(t *testing.T) {
+	c := getCluster(t)
+	for _, tc := range []struct {
+		name, planted, flag, want string
+	}{
+		{"legacy rules and PATH left alone: the Service lands in nft apart from them", "legacy", "--iptables-backend=none", "nft"},
+		{"legacy rules: the Service lands in legacy", "legacy", "", "legacy"},
+		{"nft rules: the Service lands in nft", "nft", "", "nft"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNodeNetns(t)
+			if _, err := ns.run(10*time.Second, "iptables-"+tc.planted, "-A", "INPUT", "-s", "192.0.2.1/32", "-j", "ACCEPT"); err != nil {
+				t.Fatal(err)
+			}
+			// The Service's endpoint answers inside the namespace.
+			if _, err := ns.run(10*time.Second, "ip", "addr", "add", outsideEndpoint+"/32", "dev", "lo"); err != nil {
+				t.Fatal(err)
+			}
+			l, err := ns.listen(outsideEndpoint + ":8080")
+			must(t, err)
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "outside") })}
+			go func() { _ = srv.Serve(l) }()
+			ns.closers = append(ns.closers, srv.Close) // its sockets hold the namespace
+
+			var flags []string
+			if tc.flag != "" {
+				flags = append(flags, tc.flag)
+			}
+			k := c.startNodeInNetns(t, ns, flags...)
+			if tc.flag == "" {
+				line := k.waitLog(30*time.Second, 0, `"Adjusted the node to its container"`, `check="iptables"`)
+				if !strings.Contains(line.text, "xtables-"+tc.want+"-multi") {
+					t.Errorf("nodeinit chose another backend than %s: %s", tc.want, line.text)
+				}
+				t.Logf("%s", line.text[strings.Index(line.text, "change="):])
+			}
+			k.waitReady(90 * time.Second)
+			k.create("/api/v1/namespaces/default/services", "outside", outsideService)
+			k.create("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", "outside-1", outsideEndpoints)
+			var s service
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			must(t, k.c.api.get(ctx, "/api/v1/namespaces/default/services/outside", &s))
+			other := map[string]string{"nft": "legacy", "legacy": "nft"}[tc.want]
+			programmedIn := func(backend string) string {
+				out, _ := ns.run(10*time.Second, "iptables-"+backend+"-save", "-t", "nat")
+				return out
+			}
+			start := time.Now()
+			for !strings.Contains(programmedIn(tc.want), "-d "+s.Spec.ClusterIP+"/32") {
+				if time.Since(start) > 60*time.Second {
+					k.dumpLogs()
+					t.Fatalf("KUBE-SERVICES has no rule for %s in the %s tables; they hold:\n%s\nthe %s ones:\n%s",
+						s.Spec.ClusterIP, tc.want, programmedIn(tc.want), other, programmedIn(other))
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if strings.Contains(programmedIn(other), "KUBE-SERVICES") {
+				t.Errorf("kube-proxy's rules are in the %s tables too", other)
+			}
+			client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil,
+				DialContext: func(_ context.Context, network, addr string) (net.Conn, error) { return ns.dial(network, addr) }}}
+			var page string
+			for {
+				resp, err := client.Get("http://" + s.Spec.ClusterIP + "/")
+				if err == nil {
+					b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+					resp.Body.Close()
+					page = string(b)
+					break
+				}
+				if time.Since(start) > 60*time.Second {
+					t.Errorf("the Service at %s did not answer from the namespace: %v", s.Spec.ClusterIP, err)
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if page != "outside" {
+				t.Errorf("the Service at %s answered %q from the namespace; want the endpoint's page", s.Spec.ClusterIP, page)
+			}
+			t.Logf("rule planted in %s; kube-proxy's KUBE-SERVICES in %s %v after the Service was created; it answered %q",
+				tc.planted, tc.want, time.Since(start).Round(10*time.Millisecond), page)
+			ns.stopNode(k)
+		})
+	}
 }
