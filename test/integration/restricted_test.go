@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -307,4 +308,27 @@ func TestUserNamespace(t *testing.T) {
 		t.Errorf("want one error line that the cgroup is not writable; got %q", errs)
 	}
 	t.Logf("%s", errs)
+}
+
+// --write-flags shows what nodeinit would change for its container: in a
+// network namespace of its own kube-proxy's line has
+// --conntrack-max-per-core=0, and stderr says why; stdout holds the two
+// command lines alone.
+func TestWriteFlagsShowsTheAdjustments(t *testing.T) {
+	testenv.RequireRoot(t)
+	nodeinit := testenv.BuildRaced(t, "./cmd/nodeinit")
+	cmd := exec.Command(testenv.RequireTool(t, "unshare"), "--net", nodeinit, "--write-flags", "--proxy-path=/opt/bin/kube-proxy", "--", "/opt/bin/kubelet")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 || !strings.HasSuffix(lines[1], " --conntrack-max-per-core=0") {
+		t.Errorf("--write-flags printed %q; want the kubelet's line and kube-proxy's with --conntrack-max-per-core=0", lines)
+	}
+	if !strings.Contains(stderr.String(), "nodeinit: adjustment (conntrack): --conntrack-max-per-core=0 for kube-proxy: /proc/sys/net/netfilter/nf_conntrack_max is read-only") {
+		t.Errorf("stderr does not show the adjustment and its reason:\n%s", stderr.String())
+	}
 }
