@@ -79,7 +79,9 @@ func checkIPTables(p *Plan, h *host, in Input) {
 	case config.IPTablesNone:
 		return
 	case config.IPTablesAuto:
-		if in.Config.ContainerChecks.Skips(config.CheckIPTables) {
+		// A namespace of an outer user namespace cannot be read or
+		// programmed from here at all; checkConntrack says so.
+		if in.Config.ContainerChecks.Skips(config.CheckIPTables) || h.foreignNetns {
 			return
 		}
 		if h.multiBinary(config.IPTablesLegacy) == "" || h.multiBinary(config.IPTablesNFT) == "" {

@@ -370,6 +370,12 @@ func (c *cluster) startNodeIn(t *testing.T, setup string, edit func(string) stri
 	return c.launchNodeWith(t, dir, testenv.Options{Prefix: prefix, Env: []string{"NODE_DIR=" + dir}}, c.nodeArgs(dir, nodeSpec{flags: flags})...)
 }
 
+// proxyLog is kube-proxy's output.
+func (k *kubeNode) proxyLog() string {
+	b, _ := os.ReadFile(filepath.Join(k.dir, "logs", "proxy.log"))
+	return string(b)
+}
+
 // executorLog is the kubelet's output.
 func (k *kubeNode) executorLog() string {
 	b, _ := os.ReadFile(filepath.Join(k.dir, "logs", "executor.log"))
@@ -469,7 +475,9 @@ func TestNodeInAUserNamespace(t *testing.T) {
 		t.Logf("the kubelet exited, nodeinit with it (%d): %s", code, line)
 	})
 	t.Run("with the checks the Node is Ready and a static pod runs", func(t *testing.T) {
-		k := start(t)
+		// kube-proxy fails at once here; a long backoff keeps it from
+		// starting again while the node is stopped.
+		k := start(t, "--proxy-restart-backoff=1m", "--proxy-restart-backoff-max=1m")
 		k.waitLog(30*time.Second, 0, `"Adjusted the node to its container"`, `check="user-namespace"`)
 		if a := k.lines(`"Adjusted the node to its container"`, `check="user-namespace"`, "KubeletInUserNamespace=true"); len(a) != 1 {
 			t.Errorf("want one line for the feature gate; log:\n%s", k.log())
@@ -484,6 +492,10 @@ func TestNodeInAUserNamespace(t *testing.T) {
 		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
 		t.Logf("Node Ready %v after nodeinit started in a user namespace; static pod Running %v after", took.Round(10*time.Millisecond),
 			time.Since(k.started).Round(10*time.Millisecond))
+		k.waitLog(30*time.Second, 0, `"Proxy ended; restarting after backoff"`)
+		if line := lastLineWith(k.proxyLog(), "you must be root"); line == "" {
+			t.Errorf("kube-proxy failed otherwise than the warning says:\n%s", testenv.Tail(k.proxyLog(), 10))
+		}
 		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
 	})
 }
