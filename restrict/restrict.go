@@ -1,15 +1,18 @@
 // Package restrict finds what the node's container lacks or restricts —
 // a network or user namespace of its own, no /dev/kmsg, swap, a read-only
-// cgroupfs, low limits — and decides what nodeinit changes for it before the
-// first fork: flags for the kubelet and kube-proxy, mounts in nodeinit's
-// mount namespace, or one line that says why the node cannot run here.
+// cgroupfs, low limits, the iptables backend its rules are in — and decides
+// what nodeinit changes for it before the first fork: flags for the kubelet
+// and kube-proxy, mounts in nodeinit's mount namespace, the iptables
+// commands first in the children's PATH, or one line that says why the
+// node cannot run here.
 //
-// Inspect only reads (below a root directory, "/" on a live system) and
-// decides; Plan.Apply makes the mounts and writes. Every adjustment comes
+// Inspect only reads (files below a root directory, "/" on a live system;
+// the kernel's iptables tables of this network namespace) and decides;
+// Plan.Apply makes the mounts, links and writes. Every adjustment comes
 // with its reason, for the log and --write-flags, and each check can be
 // left out (config.ContainerChecks); a setting the operator made is never
-// changed, only warned about when it cannot work here
-// (docs/restricted-containers.md).
+// changed, only warned about when it cannot work here (docs/design.md,
+// rule 10; every check: docs/restricted-containers.md).
 package restrict
 
 import (
