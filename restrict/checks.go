@@ -339,9 +339,8 @@ func checkKmsg(p *Plan, h *host, in Input) {
 	if !m.create {
 		what = "not readable"
 	}
-	p.adjust(config.CheckKmsg, "bind /dev/null over /dev/kmsg",
-		"/dev/kmsg is %s in this container and the kubelet exits when it cannot open it; the kubelet sees no kernel OOM events "+
-			"(pass the host's /dev/kmsg to the container to have them)", what)
+	p.adjust(config.CheckKmsg, "bind /dev/null over /dev/kmsg", "/dev/kmsg is %s in this container and the kubelet exits when it cannot open it", what)
+	p.warn("The kubelet sees no kernel OOM events: /dev/kmsg is /dev/null in this container; pass the host's /dev/kmsg to the container (--device /dev/kmsg) to have them")
 }
 
 // checkSwap refuses to start a kubelet that would exit on swap: swap is on

@@ -153,6 +153,7 @@ func TestInspect(t *testing.T) {
 			name:      "no /dev/kmsg: /dev/null over it, with a warning that OOM events are not seen",
 			container: func(c *container) { delete(c.files, "dev/kmsg") },
 			adjusted:  []string{"kmsg"},
+			warnings:  []string{"The kubelet sees no kernel OOM events"},
 			mounts:    []string{"/dev/null over /dev/kmsg (created)"},
 		},
 		{
