@@ -160,6 +160,8 @@ type nodeNetns struct {
 	// closers end what else the test made in the namespace: its sockets
 	// keep it, and the veth, alive.
 	closers []func() error
+	// mounted: path is a mount the test made to keep the namespace.
+	mounted bool
 }
 
 // newNodeNetns makes the namespace: loopback up, netnsNodeIP on the veth's
@@ -167,11 +169,22 @@ type nodeNetns struct {
 // listener on its 127.0.0.1:6443 that the test forwards to the API server.
 func newNodeNetns(t *testing.T) *nodeNetns {
 	t.Helper()
-	ns := &nodeNetns{t: t, path: filepath.Join(t.TempDir(), "net")}
-	must(t, os.WriteFile(ns.path, nil, 0o600))
-	if _, err := run(10*time.Second, "unshare", "--net="+ns.path, "true"); err != nil {
+	path := filepath.Join(t.TempDir(), "net")
+	must(t, os.WriteFile(path, nil, 0o600))
+	if _, err := run(10*time.Second, "unshare", "--net="+path, "true"); err != nil {
 		t.Fatal(err)
 	}
+	ns := wireNodeNetns(t, path)
+	ns.mounted = true
+	return ns
+}
+
+// wireNodeNetns gives the network namespace at path (its file, or
+// /proc/PID/ns/net) the veth, the address and the API server, as
+// newNodeNetns does.
+func wireNodeNetns(t *testing.T, path string) *nodeNetns {
+	t.Helper()
+	ns := &nodeNetns{t: t, path: path}
 	t.Cleanup(ns.close) // again, if the node's cleanup has not
 	// "netns 1": the other end goes to the namespace of the host's PID 1.
 	for _, argv := range [][]string{
@@ -291,8 +304,10 @@ func (ns *nodeNetns) close() {
 		ns.api.Close()
 		ns.api = nil
 	}
-	if err := unix.Unmount(ns.path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-		ns.t.Errorf("unmount the node's network namespace: %v", err)
+	if ns.mounted {
+		if err := unix.Unmount(ns.path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			ns.t.Errorf("unmount the node's network namespace: %v", err)
+		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -501,6 +516,67 @@ func TestNodeInAUserNamespace(t *testing.T) {
 		}
 		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
 	})
+}
+
+// TestRootlessNodeWithANetworkNamespaceOfItsOwn: a user namespace with a
+// network namespace it owns, as rootless podman makes one (unshare --user
+// --map-root-user --net; the test wires it up from outside once nodeinit
+// runs there). nodeinit gives the kubelet its gate and kube-proxy 0 for
+// nf_conntrack_max, the one conntrack sysctl that namespace may not write;
+// the Node is Ready and kube-proxy programs a Service there.
+func TestRootlessNodeWithANetworkNamespaceOfItsOwn(t *testing.T) {
+	c := getCluster(t)
+	dir := t.TempDir()
+	c.writeNodeFiles(t, dir, dir, nodeSpec{})
+	var args []string
+	for _, a := range c.nodeArgs(dir, nodeSpec{}) {
+		switch {
+		case strings.HasPrefix(strings.TrimPrefix(a, "--proxy-arg="), "--conntrack-"):
+		case strings.HasPrefix(a, "--node-ip="):
+			args = append(args, "--node-ip="+netnsNodeIP)
+		default:
+			args = append(args, a)
+		}
+	}
+	k := c.launchNodeWith(t, dir, testenv.Options{Unshare: []string{"--user", "--map-root-user", "--net"}}, args...)
+	ns := wireNodeNetns(t, fmt.Sprintf("/proc/%d/ns/net", k.pid()))
+	t.Cleanup(func() {
+		if k.running() {
+			k.stop(60 * time.Second)
+		}
+		ns.close()
+	})
+	for _, check := range []string{"user-namespace", "conntrack"} {
+		k.waitLog(30*time.Second, 0, `"Adjusted the node to its container"`, `check="`+check+`"`)
+	}
+	if a := k.lines(`"Adjusted the node to its container"`, `check="conntrack"`); len(a) != 1 || !strings.Contains(a[0], "--conntrack-max-per-core=0") {
+		t.Errorf("want one conntrack adjustment, for nf_conntrack_max alone; got %q", a)
+	}
+	_, took := k.waitReady(90 * time.Second)
+	t.Logf("Node Ready %v after nodeinit started, rootless with a network namespace of its own", took.Round(10*time.Millisecond))
+	k.create("/api/v1/namespaces/default/services", "outside", outsideService)
+	k.create("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", "outside-1", outsideEndpoints)
+	var s service
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	must(t, k.c.api.get(ctx, "/api/v1/namespaces/default/services/outside", &s))
+	start := time.Now()
+	for {
+		rules, _ := ns.run(10*time.Second, "iptables-save", "-t", "nat")
+		if strings.Contains(rules, "-d "+s.Spec.ClusterIP+"/32") && strings.Contains(rules, "--to-destination "+outsideEndpoint+":8080") {
+			break
+		}
+		if time.Since(start) > 60*time.Second {
+			k.dumpLogs()
+			t.Fatalf("kube-proxy did not program Service outside (%s) in the rootless node's namespace; its nat table:\n%s", s.Spec.ClusterIP, rules)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("kube-proxy programmed Service outside in the rootless node's network namespace %v after it was created", time.Since(start).Round(10*time.Millisecond))
+	if ended := k.lines(`"Proxy ended`); len(ended) > 0 {
+		t.Errorf("kube-proxy ended while the node ran: %v", ended)
+	}
+	ns.stopNode(k)
 }
 
 // TestIPTablesBackendOfTheNamespace: the node's network namespace has one
