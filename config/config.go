@@ -34,6 +34,9 @@ type Config struct {
 	Cgroup              Cgroup         `json:"cgroup"`
 	// GracefulNodeShutdown drains the node's pods when nodeinit is stopped.
 	GracefulNodeShutdown GracefulNodeShutdown `json:"gracefulNodeShutdown"`
+	// ContainerChecks are what nodeinit checks of its container before the
+	// first fork, and adjusts for what the container lacks or restricts.
+	ContainerChecks ContainerChecks `json:"containerChecks"`
 	// ReadyURL, when set, must answer 200 before READY=1 is sent to systemd.
 	ReadyURL string `json:"readyURL,omitempty"`
 	// PathOverride replaces PATH in the children's environment.
@@ -150,6 +153,65 @@ type GracefulNodeShutdown struct {
 	Delay Duration `json:"delay"`
 }
 
+// The checks of the container, by the names containerChecks.skip takes
+// (docs/restricted-containers.md has what each looks at and does).
+const (
+	CheckConntrack     = "conntrack"      // kube-proxy's conntrack sysctls not writable: pass 0
+	CheckKmsg          = "kmsg"           // /dev/kmsg missing: /dev/null over it
+	CheckSwap          = "swap"           // swap on while the kubelet fails on it
+	CheckRootfsDevice  = "rootfs-device"  // the device of the kubelet's root dir not in /dev
+	CheckInotify       = "inotify"        // inotify limits below a node's needs
+	CheckResolvConf    = "resolv-conf"    // only loopback nameservers
+	CheckCgroupfs      = "cgroupfs"       // cgroupfs mounted read-only
+	CheckUserNamespace = "user-namespace" // a user namespace: the kubelet's gate, delegation
+	CheckNofile        = "nofile"         // RLIMIT_NOFILE below a node's needs
+	CheckIPTables      = "iptables"       // the iptables backend the namespace's rules are in
+	// SkipAllChecks in containerChecks.skip leaves every check out.
+	SkipAllChecks = "all"
+)
+
+// ContainerCheckNames are the checks in the order nodeinit makes them.
+var ContainerCheckNames = []string{CheckCgroupfs, CheckUserNamespace, CheckNofile, CheckConntrack, CheckKmsg, CheckSwap,
+	CheckRootfsDevice, CheckInotify, CheckResolvConf, CheckIPTables}
+
+// The iptables backends containerChecks.iptablesBackend names: auto
+// detects the one the network namespace's rules are in, none leaves the
+// children's PATH as it is.
+const (
+	IPTablesAuto   = "auto"
+	IPTablesLegacy = "legacy"
+	IPTablesNFT    = "nft"
+	IPTablesNone   = "none"
+)
+
+var iptablesBackends = []string{IPTablesAuto, IPTablesLegacy, IPTablesNFT, IPTablesNone}
+
+// ContainerChecks says which checks of its container nodeinit leaves out,
+// and whether it may raise the inotify limits. A DaemonSet that shares the
+// host's namespaces needs none of them.
+type ContainerChecks struct {
+	// Skip names checks to leave out (ContainerCheckNames), or "all".
+	Skip []string `json:"skip,omitempty"`
+	// RaiseInotifyLimits writes fs.inotify.max_user_instances and
+	// max_user_watches up to what a node needs where they are lower and
+	// writable, instead of only warning. They are the host's.
+	RaiseInotifyLimits bool `json:"raiseInotifyLimits"`
+	// IPTablesBackend is the iptables the children find first in PATH:
+	// auto (the backend the network namespace's rules are in), legacy,
+	// nft, or none (PATH as it is).
+	IPTablesBackend string `json:"iptablesBackend"`
+}
+
+// Skips reports whether check is left out.
+func (c ContainerChecks) Skips(check string) bool {
+	for _, s := range c.Skip {
+		if s == check || s == SkipAllChecks {
+			return true
+		}
+	}
+	return false
+}
+
 // Default returns the settings nodeinit uses when neither file nor flag says
 // otherwise.
 func Default() Config {
@@ -170,6 +232,7 @@ func Default() Config {
 		ShutdownGracePeriod: Duration{10 * time.Second},
 		Logging:             Logging{MaxSize: 10, MaxBackups: 5, MaxAge: 7},
 		Cgroup:              Cgroup{MesosPrefix: "mesos", V2Leaf: "nodeinit"},
+		ContainerChecks:     ContainerChecks{IPTablesBackend: IPTablesAuto},
 	}
 }
 

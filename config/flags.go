@@ -98,6 +98,12 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 		"on TERM or INT, let the kubelet drain the node's pods before it gets the signal: nodeinit serves it the login1 D-Bus API of systemd-logind (its Graceful Node Shutdown)")
 	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.GracefulNodeShutdown.Delay.Duration }, "graceful-node-shutdown-delay", "gracefulNodeShutdown.delay",
 		"the longest the drain may take, reported to the kubelet as logind's InhibitDelayMaxUSec (0: the kubelet's shutdownGracePeriod from its --config, at least 5s)")
+	add(f, fs.StringSliceVar, func(c *Config) *[]string { return &c.ContainerChecks.Skip }, "skip-container-checks", "containerChecks.skip",
+		"leave out these `CHECKS` of the container and what nodeinit adjusts for them, comma-separated: "+strings.Join(ContainerCheckNames, ", ")+", or all")
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.ContainerChecks.RaiseInotifyLimits }, "raise-inotify-limits", "containerChecks.raiseInotifyLimits",
+		"raise the host's fs.inotify.max_user_instances and max_user_watches to what a node needs when they are lower and writable, instead of only warning")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.ContainerChecks.IPTablesBackend }, "iptables-backend", "containerChecks.iptablesBackend",
+		"the iptables `BACKEND` whose commands the executor and the proxy find first in PATH: auto (the one the network namespace's rules are in), legacy, nft, or none (PATH as it is)")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.ReadyURL }, "ready-url", "readyURL",
 		"with NOTIFY_SOCKET set, report READY=1 only once this `URL` answers 200 (e.g. the kubelet's http://127.0.0.1:10248/healthz)")
 

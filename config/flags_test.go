@@ -35,6 +35,7 @@ func TestFlagsHaveTheContractsNamesAndDefaults(t *testing.T) {
 		"proxy-kubeconfig": "", "master": "", "hostname-override": "", "path-override": "",
 		"contain-pod-resources": "true", "size-node-to-container": "true", "log-dir": "", "max-log-size": "10Mi", "max-log-backups": "5",
 		"max-log-age": "7", "ready-url": "", "graceful-node-shutdown": "false", "graceful-node-shutdown-delay": "0s",
+		"skip-container-checks": "[]", "raise-inotify-limits": "false", "iptables-backend": "auto",
 		"private-mountns": "false", "make-rshared": "false", "cgroup-parent": "", "mesos-cgroup-prefix": "mesos",
 		"require-cgroup": "false", "cgroup-v2-evacuate": "auto", "cgroup-v2-leaf": "nodeinit",
 	}
@@ -73,6 +74,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--conntrack-tcp-timeout-established=24h", "--proxy-kubeconfig=/k", "--master=https://m:6443",
 		"--hostname-override=Node-A", "--path-override=/p", "--contain-pod-resources=false", "--size-node-to-container=false", "--log-dir=/l",
 		"--max-log-size=1.5Gi", "--max-log-backups=0", "--max-log-age=30", "--ready-url=http://127.0.0.1:10248/healthz",
+		"--skip-container-checks=swap,kmsg", "--raise-inotify-limits", "--iptables-backend=legacy",
 		"--make-rshared", "--cgroup-parent=/x", "--mesos-cgroup-prefix=mesos-agent", "--require-cgroup",
 		"--cgroup-v2-evacuate", "--cgroup-v2-leaf=init", "--", "/bin/kubelet", "--v=2")
 	if err != nil {
@@ -90,6 +92,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		Logging:             Logging{Dir: "/l", MaxSize: 1536, MaxBackups: 0, MaxAge: 30},
 		MountNamespace:      MountNamespace{MakeRShared: true},
 		Cgroup:              Cgroup{Parent: "/x", MesosPrefix: "mesos-agent", Require: true, V2Evacuate: &yes, V2Leaf: "init"},
+		ContainerChecks:     ContainerChecks{Skip: []string{"swap", "kmsg"}, RaiseInotifyLimits: true, IPTablesBackend: "legacy"},
 		ReadyURL:            "http://127.0.0.1:10248/healthz",
 		PathOverride:        "/p",
 	}

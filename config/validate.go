@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -103,6 +104,11 @@ func (c *Config) Validate() []FieldError {
 	}
 
 	v.duration("gracefulNodeShutdown.delay", c.GracefulNodeShutdown.Delay, 0)
+
+	v.oneOf("containerChecks.iptablesBackend", c.ContainerChecks.IPTablesBackend, iptablesBackends...)
+	for i, name := range c.ContainerChecks.Skip {
+		v.oneOf(fmt.Sprintf("containerChecks.skip[%d]", i), name, append(slices.Clone(ContainerCheckNames), SkipAllChecks)...)
+	}
 
 	if c.ReadyURL != "" {
 		u, err := url.Parse(c.ReadyURL)

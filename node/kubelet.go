@@ -29,6 +29,12 @@ type KubeletConfig struct {
 	CgroupDriverSetting string `json:"cgroupDriver,omitempty"`
 	cgroupDriverFlag    string
 	Address             string `json:"address,omitempty"`
+	// FailSwapOn, FeatureGates and ResolvConf are what the checks of a
+	// restricted container (package restrict) must not override; nil or
+	// absent when the files leave them to the kubelet's defaults.
+	FailSwapOn   *bool           `json:"failSwapOn,omitempty"`
+	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+	ResolvConf   *string         `json:"resolvConf,omitempty"`
 	// ShutdownGracePeriod and ShutdownGracePeriodCriticalPods, or
 	// ShutdownGracePeriodByPodPriority, set up graceful node shutdown.
 	ShutdownGracePeriod              kubeletDuration         `json:"shutdownGracePeriod,omitempty"`

@@ -77,8 +77,10 @@ func Environ(environ []string, pathOverride, dir string) []string {
 // or in a --config-dir drop-in, avoids both the flag and the warning).
 //
 // With executor.sizeNodeToContainer, ct.Sizing's --system-reserved is
-// added too, after the executor's own flags, which it includes.
-func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig) Command {
+// added too, after the executor's own flags, which it includes. added are
+// flags for what the container restricts (restrict.Plan's KubeletArgs),
+// put after the executor's own.
+func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig, added ...string) Command {
 	cmd := Command{Path: c.Executor.Path, Args: append([]string(nil), c.Executor.Args...), Env: slices.Clone(env)}
 	if ct.ID != "" {
 		cmd.Env = Setenv(env, containerIDEnv, ct.ID)
@@ -90,6 +92,9 @@ func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig) Co
 	}
 	if c.Executor.SizeNodeToContainer && ct.Sizing.SystemReserved != "" {
 		cmd.Args = insertFlag(cmd.Args, "--system-reserved="+ct.Sizing.SystemReserved)
+	}
+	for _, a := range added {
+		cmd.Args = insertFlag(cmd.Args, a)
 	}
 	return cmd
 }
@@ -122,7 +127,10 @@ func OwnCgroupRoot(args []string, kc KubeletConfig) (root, from string) {
 // everything else from the file. config.Validate has refused the settings
 // that would have been passed but ignored; what is left to drop here are
 // defaults (the mode, the bind address taken from the executor's).
-func Proxy(c *config.Config, env []string) Command {
+//
+// added are flags for what the container restricts (restrict.Plan's
+// ProxyArgs), put before proxy.args, which still win.
+func Proxy(c *config.Config, env []string, added ...string) Command {
 	p := &c.Proxy
 	var args []string
 	arg := func(name, value string) { args = append(args, "--"+name+"="+value) }
@@ -159,6 +167,7 @@ func Proxy(c *config.Config, env []string) Command {
 	if p.HostnameOverride != "" {
 		arg("hostname-override", strings.ToLower(p.HostnameOverride))
 	}
+	args = append(args, added...)
 	return Command{Path: p.Path, Args: append(args, p.Args...), Env: slices.Clone(env)}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/nodeinit/nodeinit/mountns"
 	"github.com/nodeinit/nodeinit/node"
 	"github.com/nodeinit/nodeinit/notify"
+	"github.com/nodeinit/nodeinit/restrict"
 )
 
 // writeFlags prints the executor's and the proxy's final command lines
@@ -31,13 +33,18 @@ func writeFlags(cfg *config.Config) int {
 		klog.ErrorS(err, "Cannot discover the container")
 		return exitFailure
 	}
+	plan := restrict.Inspect(restrict.Input{Root: "/", Config: cfg, Kubelet: kubelet})
+	for _, l := range plan.Describe() {
+		fmt.Fprintln(os.Stderr, "nodeinit:", l)
+	}
+	env = plan.Environ(env)
 	ct := node.Container{Cgroup: cg.KubeletRoot, ID: cg.ContainerID}
 	if cfg.Executor.SizeNodeToContainer {
 		ct.Sizing = node.SizeToContainer(cfg.Executor.Args, kubelet, cg.Limits, cg.LimitsRoot, cg.LimitsErr)
 	}
-	cmds := []node.Command{node.Executor(cfg, env, ct, kubelet)}
+	cmds := []node.Command{node.Executor(cfg, env, ct, kubelet, plan.KubeletArgs...)}
 	if cfg.Proxy.Run {
-		cmds = append(cmds, node.Proxy(cfg, env))
+		cmds = append(cmds, node.Proxy(cfg, env, plan.ProxyArgs...))
 	}
 	if err := node.WriteFlags(os.Stdout, cmds...); err != nil {
 		return exitFailure
@@ -112,6 +119,13 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 	if err != nil {
 		klog.Warningf("%v; taking it to set no cgroup root", err)
 	}
+	// What the container lacks or restricts is adjusted for before the
+	// cgroup is joined: a read-only cgroupfs is remounted first.
+	plan, ok := adjustForContainer(cfg, kubelet)
+	defer plan.Close()
+	if !ok {
+		return exitFailure
+	}
 	root, own := node.OwnCgroupRoot(cfg.Executor.Args, kubelet)
 	if own != "" {
 		klog.InfoS("The executor sets its own cgroup root, so nodeinit adds none", "cgroupRoot", root, "from", own)
@@ -127,7 +141,7 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 		ct.Sizing = node.SizeToContainer(cfg.Executor.Args, kubelet, cg.Limits, cg.LimitsRoot, cg.LimitsErr)
 		ct.Sizing.Log()
 	}
-	sc, closeLogs, code := tasks(cfg, ct, kubelet)
+	sc, closeLogs, code := tasks(cfg, ct, kubelet, plan)
 	if code != 0 {
 		return code
 	}
@@ -165,6 +179,32 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 	return code
 }
 
+// adjustForContainer checks what the container lacks or restricts, logs
+// every adjustment once with its reason, makes its mounts, and says false
+// (after one line why) when the node cannot run here.
+func adjustForContainer(cfg *config.Config, kubelet node.KubeletConfig) (*restrict.Plan, bool) {
+	plan := restrict.Inspect(restrict.Input{Root: "/", Config: cfg, Kubelet: kubelet})
+	for _, w := range plan.Warnings {
+		klog.Warning(w)
+	}
+	if plan.Refusal != "" {
+		klog.ErrorS(nil, plan.Refusal)
+		return &plan, false
+	}
+	warnings, err := plan.Apply()
+	for _, w := range warnings {
+		klog.Warning(w)
+	}
+	if err != nil {
+		klog.ErrorS(err, "Cannot adjust the node to its container")
+		return &plan, false
+	}
+	for _, a := range plan.Adjustments {
+		klog.InfoS("Adjusted the node to its container", "check", a.Check, "change", a.What, "reason", a.Reason)
+	}
+	return &plan, true
+}
+
 // Bounds on what nodeinit waits for on its way out: a stdout or a service
 // manager that takes nothing must not keep it alive.
 const (
@@ -177,10 +217,10 @@ const (
 // --log-dir, to rotated files. closeLogs drains the log files once the
 // children are gone. A non-zero code is the exit status for log files that
 // cannot be made.
-func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig) (sc supervisor.Config, closeLogs func(), code int) {
+func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig, plan *restrict.Plan) (sc supervisor.Config, closeLogs func(), code int) {
 	closeLogs = func() {}
-	env := childEnv(cfg)
-	exe := node.Executor(cfg, env, ct, kubelet)
+	env := plan.Environ(childEnv(cfg))
+	exe := node.Executor(cfg, env, ct, kubelet, plan.KubeletArgs...)
 	sc = supervisor.Config{
 		Executor: supervisor.Task{Name: "executor", Path: exe.Path, Args: exe.Args, Env: exe.Env,
 			Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr},
@@ -198,7 +238,7 @@ func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig) (s
 		klog.InfoS("Stdin is nodeinit's controlling terminal: the executor's process group gets its foreground")
 	}
 	if cfg.Proxy.Run {
-		px := node.Proxy(cfg, env)
+		px := node.Proxy(cfg, env, plan.ProxyArgs...)
 		// The proxy reads nothing; a terminal on stdin stays the executor's.
 		devNull, err := os.Open(os.DevNull)
 		if err != nil {

@@ -374,3 +374,52 @@ func TakePending(set *unix.Sigset_t) (sig unix.Signal, ok bool) {
 	})
 	return unix.Signal(n), err == nil // EAGAIN: none is pending
 }
+
+// Mount is mount(2).
+func Mount(source, target, fstype string, flags uintptr, data string) error {
+	if err := retry(func() error { return unix.Mount(source, target, fstype, flags, data) }); err != nil {
+		return &os.PathError{Op: "mount", Path: target, Err: err}
+	}
+	return nil
+}
+
+// NamespaceOwner identifies the user namespace that owns the namespace at
+// path (a /proc/PID/ns file): ioctl(NS_GET_USERNS), then fstat of what it
+// returns, as device and inode, which compare with a stat of
+// /proc/PID/ns/user.
+func NamespaceOwner(path string) (dev, ino uint64, err error) {
+	fd, err := Open(path, unix.O_RDONLY, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unix.Close(fd)
+	owner, err := retry2(func() (int, error) { return unix.IoctlRetInt(fd, unix.NS_GET_USERNS) })
+	if err != nil {
+		return 0, 0, &os.PathError{Op: "ioctl NS_GET_USERNS", Path: path, Err: err}
+	}
+	defer unix.Close(owner)
+	var st unix.Stat_t
+	if err := Fstat(owner, &st); err != nil {
+		return 0, 0, err
+	}
+	return st.Dev, st.Ino, nil
+}
+
+// GetsockoptBytes is getsockopt(2) into buf, for options whose value is a
+// structure the kernel fills (iptables' IPT_SO_GET_INFO, _ENTRIES); it
+// returns the length the kernel wrote. buf's first bytes are the request.
+func GetsockoptBytes(fd, level, opt int, buf []byte) (int, error) {
+	n := uint32(len(buf))
+	err := retry(func() error {
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt),
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		if e != 0 {
+			return e
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, os.NewSyscallError("getsockopt", err)
+	}
+	return int(n), nil
+}

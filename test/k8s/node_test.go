@@ -88,6 +88,8 @@ type kubeNode struct {
 	log     func() string
 	running func() bool
 	stop    func(timeout time.Duration) int
+	// wait waits for nodeinit to end by itself and returns its exit code.
+	wait func(timeout time.Duration) int
 	// created are the API objects the test made, deleted at the end.
 	created []string
 	// since is the time of day from which nodeinit's log is this run's:
@@ -225,15 +227,24 @@ func (c *cluster) nodeArgs(dir string, spec nodeSpec) []string {
 // when the test ends.
 func (c *cluster) launchNode(t *testing.T, dir, binary string, env []string, args ...string) *kubeNode {
 	t.Helper()
+	return c.launchNodeWith(t, dir, testenv.Options{Binary: binary, Env: env}, args...)
+}
+
+// launchNodeWith is launchNode with more of testenv's options: a Prefix
+// that enters the namespaces of a restricted container, say.
+func (c *cluster) launchNodeWith(t *testing.T, dir string, o testenv.Options, args ...string) *kubeNode {
+	t.Helper()
 	sharedKubeletDir(t)
 	k := &kubeNode{t: t, c: c, dir: dir}
-	n := testenv.Launch(t, testenv.Options{MountNS: true, Propagation: "unchanged", Dir: dir, Binary: binary, Env: env}, args...)
+	o.MountNS, o.Propagation, o.Dir = true, "unchanged", dir
+	n := testenv.Launch(t, o, args...)
 	k.started = n.Started
 	k.pid, k.log, k.running = n.Pid, n.Log, n.Running
 	k.stop = func(timeout time.Duration) int {
 		n.Signal(syscall.SIGTERM)
 		return n.Wait(timeout)
 	}
+	k.wait = n.Wait
 	t.Cleanup(func() {
 		if n.Running() {
 			if pid, err := findPID1(n); err == nil {

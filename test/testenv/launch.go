@@ -29,6 +29,9 @@ type Options struct {
 	MountNS     bool
 	Propagation string
 	ReadOnly    []string
+	// Unshare are more of unshare's flags with MountNS (--user
+	// --map-root-user for a user namespace).
+	Unshare []string
 	// Env is added to the test's own environment.
 	Env []string
 	// Terminal, when set, is a terminal (the slave of OpenPTY) that becomes
@@ -92,6 +95,7 @@ func Launch(tb testing.TB, o Options, args ...string) *Node {
 		if o.Propagation != "" {
 			pre = append(pre, "--propagation", o.Propagation)
 		}
+		pre = append(pre, o.Unshare...)
 		pre = append(pre, "--")
 		if len(o.ReadOnly) > 0 {
 			pre = append(append(append(pre, "/bin/sh", "-c", readOnlyThenExec, "sh"), o.ReadOnly...), "--")

@@ -1,0 +1,149 @@
+package restrict
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
+)
+
+// host is what the checks share of the container below root.
+type host struct {
+	root string
+	// userNS: this process's uid_map is not the whole range, so it runs
+	// in a user namespace (uidMap as read, for the log).
+	userNS bool
+	uidMap string
+	// capSysAdmin: CAP_SYS_ADMIN is in this process's effective set.
+	capSysAdmin bool
+	// foreignNetns: the network namespace belongs to a user namespace
+	// other than this process's (rootless, on the host's network), where
+	// no capability of the container's root reaches.
+	foreignNetns bool
+	// nofile is RLIMIT_NOFILE's soft limit, 0 when unknown.
+	nofile uint64
+	mounts []*mountinfo.Info
+}
+
+// fullUIDMap is the initial user namespace's uid_map: every uid to itself.
+const fullUIDMap = "0 0 4294967295"
+
+// capSysAdmin is CAP_SYS_ADMIN's bit in /proc/PID/status' CapEff.
+const capSysAdminBit = 21
+
+func readHost(root string) *host {
+	h := &host{root: root}
+	if b, err := os.ReadFile(h.path("proc/self/uid_map")); err == nil {
+		h.uidMap = strings.Join(strings.Fields(string(b)), " ")
+		h.userNS = h.uidMap != fullUIDMap
+	}
+	// The kernel refuses to name an owner outside this process's user
+	// namespace (EPERM): then it is an ancestor's.
+	switch dev, ino, err := linux.NamespaceOwner(h.path("proc/self/ns/net")); {
+	case errors.Is(err, unix.EPERM):
+		h.foreignNetns = true
+	case err == nil:
+		var own unix.Stat_t
+		if unix.Stat(h.path("proc/self/ns/user"), &own) == nil {
+			h.foreignNetns = own.Dev != dev || own.Ino != ino
+		}
+	}
+	if b, err := os.ReadFile(h.path("proc/self/status")); err == nil {
+		for l := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+				caps, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				h.capSysAdmin = caps&(1<<capSysAdminBit) != 0
+			}
+		}
+	}
+	if b, err := os.ReadFile(h.path("proc/self/limits")); err == nil {
+		for l := range strings.SplitSeq(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(l, "Max open files"); ok {
+				if f := strings.Fields(rest); len(f) > 0 {
+					h.nofile, _ = strconv.ParseUint(f[0], 10, 64)
+				}
+			}
+		}
+	}
+	if f, err := os.Open(h.path("proc/self/mountinfo")); err == nil {
+		h.mounts, _ = mountinfo.GetMountsFromReader(f, nil)
+		f.Close()
+	}
+	return h
+}
+
+// path is p (absolute in the container) below the root.
+func (h *host) path(p string) string { return filepath.Join(h.root, p) }
+
+// readInt reads a number from a file such as a sysctl; ok is false when
+// the file is missing or holds no number.
+func (h *host) readInt(p string) (int64, bool) {
+	b, err := os.ReadFile(h.path(p))
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil
+}
+
+// writable says whether this process may write the file at p: not when
+// it is missing, when no one may write it (a sysctl outside the namespace
+// that owns it shows as 0444, also to root), or when access(2) says no (a
+// read-only mount, a sysctl of a namespace another user namespace owns).
+func (h *host) writable(p string) bool {
+	fi, err := os.Stat(h.path(p))
+	if err != nil || fi.Mode().Perm()&0o222 == 0 {
+		return false
+	}
+	return unix.Access(h.path(p), unix.W_OK) == nil
+}
+
+// mountOf is the mount that holds p (absolute in the container): the last
+// mount whose mount point is p or one of its parents.
+func (h *host) mountOf(p string) *mountinfo.Info {
+	var best *mountinfo.Info
+	for _, m := range h.mounts {
+		mp := m.Mountpoint
+		if p == mp || mp == "/" || strings.HasPrefix(p, strings.TrimSuffix(mp, "/")+"/") {
+			if best == nil || len(mp) >= len(best.Mountpoint) {
+				best = m
+			}
+		}
+	}
+	return best
+}
+
+// nameservers lists the nameserver lines of a resolv.conf; ok is false
+// when the file cannot be read.
+func (h *host) nameservers(p string) (servers []string, ok bool) {
+	b, err := os.ReadFile(h.path(p))
+	if err != nil {
+		return nil, false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && f[0] == "nameserver" {
+			servers = append(servers, f[1])
+		}
+	}
+	return servers, true
+}
+
+// hasOption says whether a comma-separated mount option list holds opt.
+func hasOption(list, opt string) bool {
+	for o := range strings.SplitSeq(list, ",") {
+		if o == opt {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,134 @@
+package restrict
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/cgroups"
+	"github.com/nodeinit/nodeinit/config"
+)
+
+// checkUserNamespace adapts the node to a user namespace (rootless podman,
+// a userns-remapped engine): the kubelet's KubeletInUserNamespace gate,
+// and a refusal when the cgroups the kubelet needs are not delegated.
+// kube-proxy's sysctls are checkConntrack's: they follow from which of
+// them this process may write.
+func checkUserNamespace(p *Plan, h *host, in Input) {
+	if !h.userNS || !isKubelet(in) {
+		return
+	}
+	switch v, where := featureGate(in, userNamespaceGate); {
+	case where == "":
+		p.KubeletArgs = append(p.KubeletArgs, "--feature-gates="+userNamespaceGate+"=true")
+		p.adjust(config.CheckUserNamespace, "--feature-gates="+userNamespaceGate+"=true for the kubelet",
+			"nodeinit runs in a user namespace (uid_map %q), where the kubelet cannot open /dev/kmsg or write the kernel's tunables and exits without this gate; "+
+				"the kubelet merges it with the feature gates of its command line and configuration", h.uidMap)
+	case !v:
+		p.warn("nodeinit runs in a user namespace (uid_map %q) and %s sets %s=false: the kubelet will exit on /dev/kmsg or the kernel's tunables; set it to true",
+			h.uidMap, where, userNamespaceGate)
+	}
+	checkDelegation(p, h)
+}
+
+// featureGate is the value the kubelet takes for gate, and where it is
+// set: its --feature-gates flags (repeats merge, the last wins) over its
+// configuration's featureGates; where is empty when neither sets it.
+func featureGate(in Input, gate string) (value bool, where string) {
+	if v, ok := in.Kubelet.FeatureGates[gate]; ok {
+		value, where = v, "the kubelet's configuration "+strings.Join(in.Kubelet.Files, " ")
+	}
+	args := in.Config.Executor.Args
+	for i := 0; i < len(args) && args[i] != "--"; i++ {
+		a := strings.TrimLeft(args[i], "-")
+		list, ok := strings.CutPrefix(a, "feature-gates=")
+		if !ok && a == "feature-gates" && i+1 < len(args) {
+			i++
+			list, ok = args[i], true
+		}
+		if !ok {
+			continue
+		}
+		for kv := range strings.SplitSeq(list, ",") {
+			k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
+			if k == gate {
+				b, _ := strconv.ParseBool(v)
+				value, where = b, "the kubelet's --feature-gates"
+			}
+		}
+	}
+	return value, where
+}
+
+// The controllers the kubelet needs in a user namespace, delegated to the
+// container's cgroup and writable there (kind and k3s refuse without them).
+var delegated = []string{"cpu", "memory", "pids"}
+
+// checkDelegation refuses a user namespace whose cgroup lacks a controller
+// the kubelet needs, or that this process may not write.
+func checkDelegation(p *Plan, h *host) {
+	l, err := cgroups.ReadLayout(h.root)
+	if err != nil {
+		p.refuse("In a user namespace the kubelet needs the cgroups of the container: %v", err)
+		return
+	}
+	var missing, readOnly []string
+	for _, c := range delegated {
+		var dir string
+		for _, hier := range l.Hierarchies {
+			if hier.Unified && l.Mode() == cgroups.V2 {
+				ctrls, _ := os.ReadFile(filepath.Join(must(hier.Dir(h.root, hier.Current)), "cgroup.controllers"))
+				if slices.Contains(strings.Fields(string(ctrls)), c) {
+					dir = must(hier.Dir(h.root, hier.Current))
+				}
+			} else if slices.Contains(hier.Controllers, c) {
+				dir = must(hier.Dir(h.root, hier.Current))
+			}
+		}
+		switch rel, _ := filepath.Rel(h.root, dir); {
+		case dir == "":
+			missing = append(missing, c)
+		case unix.Access(dir, unix.W_OK) != nil:
+			readOnly = append(readOnly, "/"+rel)
+		}
+	}
+	switch {
+	case len(missing) > 0:
+		p.refuse("In a user namespace the kubelet needs the %s controllers delegated to the container's cgroup; %s %s not: "+
+			"delegate them (systemd: Delegate=cpu cpuset io memory pids for the user's service; cgroup v2 with --cgroupns=private)",
+			strings.Join(delegated, ", "), strings.Join(missing, ", "), map[bool]string{true: "is", false: "are"}[len(missing) == 1])
+	case len(readOnly) > 0:
+		slices.Sort(readOnly)
+		readOnly = slices.Compact(readOnly)
+		p.refuse("In a user namespace the kubelet needs to write the container's cgroup, and %s %s not writable: "+
+			"delegate the cgroup to the container's user (systemd: Delegate=yes), or run the container with a writable cgroupfs",
+			strings.Join(readOnly, " "), map[bool]string{true: "is", false: "are"}[len(readOnly) == 1])
+	}
+}
+
+// must is the directory of Hierarchy.Dir, empty when the mount does not
+// reach it.
+func must(dir string, ok bool) string {
+	if !ok {
+		return ""
+	}
+	return dir
+}
+
+// nofileNeed is the open-file limit below which a node in a user namespace
+// is warned about (kind's rootless check).
+const nofileNeed = 64000
+
+// checkNofile warns about a low RLIMIT_NOFILE in a user namespace, where
+// the container's user cannot raise it for the kubelet and the pods.
+func checkNofile(p *Plan, h *host, in Input) {
+	if !h.userNS || h.nofile == 0 || h.nofile >= nofileNeed {
+		return
+	}
+	p.warn("RLIMIT_NOFILE is %d, below the %d a node in a user namespace needs: raise it for the container (podman --ulimit nofile=%d:%d, or the user's limits.conf)",
+		h.nofile, nofileNeed, nofileNeed*2, nofileNeed*2)
+}
