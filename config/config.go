@@ -151,6 +151,11 @@ type GracefulNodeShutdown struct {
 	// raises it when this is shorter than its shutdownGracePeriod, with a
 	// logind drop-in in the node's /etc and a reload of logind.
 	Delay Duration `json:"delay"`
+	// SystemBusPassThrough passes the executor's D-Bus messages that are
+	// not for logind on to the container's own system bus, where it has
+	// one (a kubelet with cgroupDriver: systemd talks to systemd there).
+	// Off, they get the errors of a bus without their names.
+	SystemBusPassThrough bool `json:"systemBusPassThrough"`
 }
 
 // The checks of the container, by the names containerChecks.skip takes
@@ -229,10 +234,11 @@ func Default() Config {
 				Reset:   Duration{60 * time.Second},
 			},
 		},
-		ShutdownGracePeriod: Duration{10 * time.Second},
-		Logging:             Logging{MaxSize: 10, MaxBackups: 5, MaxAge: 7},
-		Cgroup:              Cgroup{MesosPrefix: "mesos", V2Leaf: "nodeinit"},
-		ContainerChecks:     ContainerChecks{IPTablesBackend: IPTablesAuto},
+		ShutdownGracePeriod:  Duration{10 * time.Second},
+		GracefulNodeShutdown: GracefulNodeShutdown{SystemBusPassThrough: true},
+		Logging:              Logging{MaxSize: 10, MaxBackups: 5, MaxAge: 7},
+		Cgroup:               Cgroup{MesosPrefix: "mesos", V2Leaf: "nodeinit"},
+		ContainerChecks:      ContainerChecks{IPTablesBackend: IPTablesAuto},
 	}
 }
 

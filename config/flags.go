@@ -98,6 +98,8 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 		"on TERM or INT, let the kubelet drain the node's pods before it gets the signal: nodeinit serves it the login1 D-Bus API of systemd-logind (its Graceful Node Shutdown)")
 	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.GracefulNodeShutdown.Delay.Duration }, "graceful-node-shutdown-delay", "gracefulNodeShutdown.delay",
 		"the longest the drain may take, reported to the kubelet as logind's InhibitDelayMaxUSec (0: the kubelet's shutdownGracePeriod from its --config, at least 5s)")
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.GracefulNodeShutdown.SystemBusPassThrough }, "system-bus-pass-through", "gracefulNodeShutdown.systemBusPassThrough",
+		"with --graceful-node-shutdown, pass the executor's D-Bus messages that are not for logind on to the container's own system bus, where it has one")
 	add(f, fs.StringSliceVar, func(c *Config) *[]string { return &c.ContainerChecks.Skip }, "skip-container-checks", "containerChecks.skip",
 		"leave out these `CHECKS` of the container and what nodeinit adjusts for them, comma-separated: "+strings.Join(ContainerCheckNames, ", ")+", or all")
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.ContainerChecks.RaiseInotifyLimits }, "raise-inotify-limits", "containerChecks.raiseInotifyLimits",

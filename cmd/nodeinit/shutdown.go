@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,8 +75,12 @@ func shutdownDelay(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) t
 func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) (*nodeDrain, string, error) {
 	delay := shutdownDelay(gs, kubelet)
 	// The executor's system bus is nodeinit's: what is not for logind goes
-	// on to the container's own system bus, where it has one.
+	// on to the container's own system bus, where it has one, unless the
+	// operator turned that off.
 	upstream, noBus := logind.UpstreamAddress(os.Getenv, "/")
+	if !gs.SystemBusPassThrough {
+		upstream, noBus = "", errors.New("--system-bus-pass-through=false")
+	}
 	if err := logind.RequireSystemBus(kubelet.CgroupDriver(), noBus); err != nil {
 		return nil, "", err
 	}
