@@ -2,7 +2,9 @@ package integration
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,16 +140,21 @@ func TestPidExhaustionIsRetriedWithBackoff(t *testing.T) {
 	cg := filepath.Join(pidsRoot, fmt.Sprintf("nodeinit-test-%d", os.Getpid()))
 	must(t, os.Mkdir(cg, 0o755))
 	t.Cleanup(func() {
-		// Whatever is left, on a failure too, is killed; then remove.
-		for k := 0; k < 100 && os.Remove(cg) != nil; k++ {
+		// Whatever is left, on a failure too, is killed; the cgroup can be
+		// removed once the last of it has left.
+		testenv.WaitFor(t, 10*time.Second, "the test's pids cgroup to be removed", func() bool {
+			err := os.Remove(cg)
+			if err == nil || errors.Is(err, fs.ErrNotExist) {
+				return true
+			}
 			procs, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
 			for _, f := range strings.Fields(string(procs)) {
 				if pid, err := strconv.Atoi(f); err == nil {
 					syscall.Kill(pid, syscall.SIGKILL)
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return false
+		})
 	})
 	nodeinit, task := binaries(t)
 	dir := t.TempDir()
