@@ -1,7 +1,8 @@
-# Long runs and the vulnerability scan. Included by the Makefile, which
-# defines GO. Neither is part of `make test`: `make soak` takes about an hour
-# (docs/soak.md has the last results), `make vuln` a few minutes on a fresh
-# machine, most of it downloading and compiling.
+# Soak runs and the vulnerability scan. Included by the Makefile, which
+# defines GO. Neither is part of `make test` or `make test-long`
+# (mk/long.mk): `make soak` takes about an hour (docs/soak.md has the last
+# results), `make vuln` a few minutes on a fresh machine, most of it
+# downloading and compiling.
 
 # How long each fuzz target runs, and with how many workers (1 keeps a shared
 # machine usable).
@@ -24,7 +25,7 @@ GOVULNCHECK_VERSION ?= v1.9.0
 
 .PHONY: soak soak-fuzz soak-crashloop vuln
 
-soak: soak-fuzz soak-crashloop ## long runs: every fuzz target for FUZZTIME (10m) each, then the proxy crash loop soak (root)
+soak: soak-fuzz soak-crashloop ## soak runs, about an hour: every fuzz target for FUZZTIME (10m) each, then the proxy crash loop soak (root)
 
 soak-fuzz: ## every fuzz target of the tree for FUZZTIME each, one at a time; logs in SOAK_LOGS
 	@mkdir -p $(SOAK_LOGS); failed=; \

@@ -26,10 +26,14 @@ func TestDemoRunsAndStopsGracefullyOnInt(t *testing.T) {
 	if got := i.Wait(10 * time.Second); got != 0 {
 		t.Fatalf("exit %d; log:\n%s", got, i.Log())
 	}
-	for _, want := range []string{"got interrupt: draining pods", "[demo-proxy] got terminated: exiting 0", "orphansReaped="} {
+	for _, want := range []string{"got interrupt: draining pods", "[demo-proxy] got terminated: exiting 0"} {
 		if !strings.Contains(i.Log(), want) {
 			t.Errorf("demo log lacks %q:\n%s", want, i.Log())
 		}
+	}
+	// Each heartbeat leaves an orphan, and three were logged.
+	if n, ok := orphansReaped(i); !ok || n < 3 {
+		t.Errorf("the demo's last line counts %d orphans reaped (found: %v), want at least the three heartbeats':\n%s", n, ok, testenv.Tail(i.Log(), 3))
 	}
 	if strings.Contains(i.Log(), "Restarted task") {
 		t.Errorf("the demo proxy restarted:\n%s", i.Log())

@@ -201,7 +201,7 @@ func TestMesosContainerizerDefaultIsolation(t *testing.T) {
 			missing = append(missing, h.Name())
 		}
 	}
-	testenv.Require(t, len(made.Hierarchies) > 0 && len(missing) > 0, "a freezer or name=systemd hierarchy, and a hierarchy the kubelet checks")
+	requireLayout(t, l, len(made.Hierarchies) > 0 && len(missing) > 0, "a v1 freezer or name=systemd hierarchy, and a hierarchy the kubelet checks")
 	c := newContainer(t, made, false)
 	env := []string{cgroups.EnvMesosDirectory + "=/var/lib/mesos/slaves/S0/frameworks/F/executors/E/runs/" + c.id}
 	warning := "cgroup " + c.cgroup + " cannot be the kubelet's cgroup root: it does not exist in the " + strings.Join(missing, " ") + " hierarch"

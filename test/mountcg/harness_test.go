@@ -18,10 +18,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeinit/nodeinit/cgroups"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
+
+// requireLayout skips the test, saying what it needs, when the host's
+// cgroup layout lacks it: a v1 hierarchy on a cgroup v2 host, a controller
+// in the unified hierarchy on a host that binds them all to v1. Unlike a
+// missing tool or root, no package adds that: the kernel's boot options
+// choose where the controllers are, so CI skips too.
+func requireLayout(t *testing.T, l cgroups.Layout, ok bool, what string) {
+	t.Helper()
+	if !ok {
+		t.Skipf("skipped: needs %s, and this host has %s", what, l.Mode())
+	}
+}
 
 // node is one nodeinit running as PID 1 of new pid and mount namespaces,
 // with the task helper as executor and proxy.

@@ -257,6 +257,14 @@ func (n *Node) ExitCode() int {
 	return 0
 }
 
+// CPUTime is the processor time, user and system, that the process the test
+// started used, with that of the children it reaped (wait4's rusage): for
+// a cost that must not grow with something, the one measure that the load
+// of other work on the machine hardly moves. Call it once Done is closed.
+func (n *Node) CPUTime() time.Duration {
+	return n.cmd.ProcessState.UserTime() + n.cmd.ProcessState.SystemTime()
+}
+
 // Stop sends TERM and waits up to timeout for the exit code.
 func (n *Node) Stop(timeout time.Duration) int {
 	n.tb.Helper()
