@@ -64,25 +64,33 @@ func (b *Bus) AdmitExecutor(pid int) error {
 		return fmt.Errorf("logind: the executor %d: %w", pid, err)
 	}
 	b.mu.Lock()
-	old := b.executor
-	b.executor = executor{pid: pid, pidfd: pidfd}
+	pidfds := b.forgetPidfds()
 	if b.closed {
 		// Close has let go of the executor already.
-		old = b.executor
-		b.executor = executor{pidfd: -1}
-	}
-	pidfds := []int{old.pidfd}
-	for p, fd := range b.refused {
-		pidfds = append(pidfds, fd)
-		delete(b.refused, p)
+		if pidfd >= 0 {
+			pidfds = append(pidfds, pidfd)
+		}
+	} else {
+		b.executor = executor{pid: pid, pidfd: pidfd}
 	}
 	b.mu.Unlock()
-	for _, fd := range pidfds {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}
+	closeFDs(pidfds)
 	return nil
+}
+
+// forgetPidfds lets go of the executor and of the refused processes, and
+// returns their pidfds for the caller to close once it has let go of b.mu.
+func (b *Bus) forgetPidfds() []int {
+	var pidfds []int
+	if b.executor.pidfd >= 0 {
+		pidfds = append(pidfds, b.executor.pidfd)
+	}
+	b.executor = executor{pidfd: -1}
+	for pid, fd := range b.refused {
+		pidfds = append(pidfds, fd)
+		delete(b.refused, pid)
+	}
+	return pidfds
 }
 
 // admitted decides whether the peer of the connection fd, cred, may use

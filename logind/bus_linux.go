@@ -472,18 +472,9 @@ func (b *Bus) Close() error {
 	for in := range b.inhibitors {
 		held = append(held, in)
 	}
-	pidfds := []int{b.executor.pidfd}
-	b.executor = executor{pidfd: -1}
-	for pid, fd := range b.refused {
-		pidfds = append(pidfds, fd)
-		delete(b.refused, pid)
-	}
+	pidfds := b.forgetPidfds()
 	b.mu.Unlock()
-	for _, fd := range pidfds {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}
+	closeFDs(pidfds)
 
 	var err error
 	if b.ln != nil {
