@@ -45,6 +45,50 @@ type outgoing struct {
 	fds  []int
 }
 
+// outbox is the messages waiting for a writer, in order, and their bytes.
+// Its owner's mutex guards it.
+type outbox struct {
+	msgs  []outgoing
+	bytes int
+}
+
+// fits reports whether n more messages of size bytes in all stay within
+// at most msgs messages and bytes bytes.
+func (q *outbox) fits(n, size, msgs, bytes int) bool {
+	return len(q.msgs)+n <= msgs && q.bytes+size <= bytes
+}
+
+func (q *outbox) push(o outgoing) {
+	q.msgs = append(q.msgs, o)
+	q.bytes += len(o.data)
+}
+
+func (q *outbox) pop() (outgoing, bool) {
+	if len(q.msgs) == 0 {
+		return outgoing{}, false
+	}
+	o := q.msgs[0]
+	q.msgs[0] = outgoing{}
+	q.msgs = q.msgs[1:]
+	q.bytes -= len(o.data)
+	return o, true
+}
+
+// take empties the outbox and returns what was in it, for the caller to
+// drop once it has let go of the owner's lock.
+func (q *outbox) take() []outgoing {
+	msgs := q.msgs
+	q.msgs, q.bytes = nil, 0
+	return msgs
+}
+
+// drop closes the descriptors of messages that will never be sent.
+func drop(msgs []outgoing) {
+	for _, o := range msgs {
+		closeFDs(o.fds)
+	}
+}
+
 // conn is one client connection. A reader goroutine (serve) authenticates
 // the peer, then reads and answers its messages; a writer goroutine
 // (writeLoop) sends what is queued. Nothing else touches the socket, so no
@@ -65,8 +109,7 @@ type conn struct {
 	mu     sync.Mutex
 	name   string      // the unique name, from Hello on
 	rules  []matchRule // from AddMatch
-	queue  []outgoing
-	queued int // bytes in queue
+	queue  outbox
 	closed bool
 
 	wake chan struct{} // the queue has something (capacity 1)
@@ -144,7 +187,7 @@ func (c *conn) waitRoom() bool {
 	for {
 		c.mu.Lock()
 		closed := c.closed
-		room := len(c.queue)+repliesPerCall <= maxQueued && c.queued+repliesPerCall*maxReplyBytes <= maxQueuedBytes
+		room := c.queue.fits(repliesPerCall, repliesPerCall*maxReplyBytes, maxQueued, maxQueuedBytes)
 		c.mu.Unlock()
 		if closed {
 			return false
@@ -231,16 +274,15 @@ func (c *conn) enqueue(o outgoing) bool {
 		closeFDs(o.fds)
 		return false
 	}
-	if len(c.queue) >= maxQueued+maxBroadcasts || c.queued+len(o.data) > maxQueuedBytes+maxReplyBytes {
-		n, size, name := len(c.queue), c.queued, c.name
+	if !c.queue.fits(1, len(o.data), maxQueued+maxBroadcasts, maxQueuedBytes+maxReplyBytes) {
+		n, size, name := len(c.queue.msgs), c.queue.bytes, c.name
 		c.mu.Unlock()
 		closeFDs(o.fds)
 		c.bus.log.info("Dropped a D-Bus connection that does not read its messages", "pid", c.cred.Pid, "name", name, "queued", n, "bytes", size)
 		c.close()
 		return false
 	}
-	c.queue = append(c.queue, o)
-	c.queued += len(o.data)
+	c.queue.push(o)
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -282,13 +324,13 @@ func (c *conn) writeLoop() {
 func (c *conn) pop() (outgoing, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.queue) == 0 || c.closed {
+	if c.closed {
 		return outgoing{}, false
 	}
-	o := c.queue[0]
-	c.queue[0] = outgoing{}
-	c.queue = c.queue[1:]
-	c.queued -= len(o.data)
+	o, ok := c.queue.pop()
+	if !ok {
+		return outgoing{}, false
+	}
 	select {
 	case c.room <- struct{}{}:
 	default:
@@ -306,12 +348,9 @@ func (c *conn) close() {
 		return
 	}
 	c.closed = true
-	q := c.queue
-	c.queue, c.queued = nil, 0
+	q := c.queue.take()
 	c.mu.Unlock()
-	for _, o := range q {
-		closeFDs(o.fds)
-	}
+	drop(q)
 	close(c.done)
 	_ = c.nc.Close()
 	c.closePassThrough()

@@ -285,8 +285,7 @@ type upstream struct {
 	unixFD bool
 
 	mu      sync.Mutex
-	queue   []outgoing
-	queued  int
+	queue   outbox
 	pending map[uint32]pendingKind // the client's serials waiting for a reply
 	closed  bool
 
@@ -412,7 +411,7 @@ func (u *upstream) send(m *dbus.Message, fds []int, kind pendingKind) {
 			&callError{errLimitsExceeded, fmt.Sprintf("%d calls already wait for the system bus's replies", maxPending)})
 		return
 	}
-	if len(u.queue) >= maxQueued || u.queued+len(data) > maxQueuedBytes {
+	if !u.queue.fits(1, len(data), maxQueued, maxQueuedBytes) {
 		u.mu.Unlock()
 		closeFDs(fds)
 		u.fail(errors.New("it does not take the client's messages"))
@@ -421,8 +420,7 @@ func (u *upstream) send(m *dbus.Message, fds []int, kind pendingKind) {
 	if wantsReply {
 		u.pending[m.Serial()] = kind
 	}
-	u.queue = append(u.queue, outgoing{data: data, fds: fds})
-	u.queued += len(data)
+	u.queue.push(outgoing{data: data, fds: fds})
 	u.mu.Unlock()
 	select {
 	case u.wake <- struct{}{}:
@@ -439,16 +437,16 @@ func (u *upstream) writeLoop() {
 			return
 		}
 		for {
+			var o outgoing
+			ok := false
 			u.mu.Lock()
-			if len(u.queue) == 0 || u.closed {
-				u.mu.Unlock()
+			if !u.closed {
+				o, ok = u.queue.pop()
+			}
+			u.mu.Unlock()
+			if !ok {
 				break
 			}
-			o := u.queue[0]
-			u.queue[0] = outgoing{}
-			u.queue = u.queue[1:]
-			u.queued -= len(o.data)
-			u.mu.Unlock()
 			err := u.nc.SetWriteDeadline(time.Now().Add(u.c.bus.tun.writeTimeout))
 			if err == nil {
 				err = linux.SendAll(u.raw, o.data, o.fds)
@@ -551,15 +549,12 @@ func (u *upstream) fail(err error) {
 	u.closed = true
 	pending := u.pending
 	u.pending = nil
-	q := u.queue
-	u.queue, u.queued = nil, 0
+	q := u.queue.take()
 	u.mu.Unlock()
 	close(u.done)
 	u.nc.Close()
 	u.fds.close()
-	for _, o := range q {
-		closeFDs(o.fds)
-	}
+	drop(q)
 	c := u.c
 	c.px.mu.Lock()
 	c.px.failed = true
