@@ -37,6 +37,7 @@ func TestFlagsHaveTheContractsNamesAndDefaults(t *testing.T) {
 		"max-log-age": "7", "ready-url": "", "graceful-node-shutdown": "false", "graceful-node-shutdown-delay": "0s",
 		"private-mountns": "false", "make-rshared": "false", "cgroup-parent": "", "mesos-cgroup-prefix": "mesos",
 		"require-cgroup": "false", "cgroup-v2-evacuate": "auto", "cgroup-v2-leaf": "nodeinit",
+		"node-machine-id": "true", "image-machine-id": "", "identity-dir": "", "node-product-uuid": "false",
 	}
 	fs := pflag.NewFlagSet("nodeinit", pflag.ContinueOnError)
 	AddFlags(fs)
@@ -74,7 +75,8 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--hostname-override=Node-A", "--path-override=/p", "--contain-pod-resources=false", "--size-node-to-container=false", "--log-dir=/l",
 		"--max-log-size=1.5Gi", "--max-log-backups=0", "--max-log-age=30", "--ready-url=http://127.0.0.1:10248/healthz",
 		"--make-rshared", "--cgroup-parent=/x", "--mesos-cgroup-prefix=mesos-agent", "--require-cgroup",
-		"--cgroup-v2-evacuate", "--cgroup-v2-leaf=init", "--", "/bin/kubelet", "--v=2")
+		"--cgroup-v2-evacuate", "--cgroup-v2-leaf=init", "--node-machine-id=false",
+		"--image-machine-id=0123456789abcdef0123456789abcdef", "--identity-dir=/id", "--node-product-uuid", "--", "/bin/kubelet", "--v=2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +92,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		Logging:             Logging{Dir: "/l", MaxSize: 1536, MaxBackups: 0, MaxAge: 30},
 		MountNamespace:      MountNamespace{MakeRShared: true},
 		Cgroup:              Cgroup{Parent: "/x", MesosPrefix: "mesos-agent", Require: true, V2Evacuate: &yes, V2Leaf: "init"},
+		Identity:            Identity{ImageMachineID: "0123456789abcdef0123456789abcdef", Dir: "/id", ProductUUID: true},
 		ReadyURL:            "http://127.0.0.1:10248/healthz",
 		PathOverride:        "/p",
 	}

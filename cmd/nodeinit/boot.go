@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/nodeinit/nodeinit/cgroups"
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/identity"
 	"github.com/nodeinit/nodeinit/init/logsink"
 	"github.com/nodeinit/nodeinit/init/reaper"
 	"github.com/nodeinit/nodeinit/init/signals"
@@ -42,7 +45,50 @@ func writeFlags(cfg *config.Config) int {
 	if err := node.WriteFlags(os.Stdout, cmds...); err != nil {
 		return exitFailure
 	}
+	// stdout holds the command lines; what nodeinit changes in the node's
+	// view of the system goes to stderr.
+	if cfg.Identity.MachineID || cfg.Identity.ProductUUID {
+		plan, err := identity.Decide(identityOptions(cfg))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "nodeinit: warning: the node's identity:", err)
+		}
+		for _, a := range plan.Adjustments() {
+			fmt.Fprintln(os.Stderr, "nodeinit:", a)
+		}
+	}
 	return 0
+}
+
+// identityOptions are the identity settings: the generated ids are kept in
+// identity.dir, else in nodeinit/ of the kubelet's root directory.
+func identityOptions(cfg *config.Config) identity.Options {
+	dir := cfg.Identity.Dir
+	if dir == "" {
+		dir = filepath.Join(node.KubeletRootDir(cfg.Executor.Args), "nodeinit")
+	}
+	return identity.Options{Root: "/", StateDir: dir, ImageMachineID: cfg.Identity.ImageMachineID, PID1: os.Getpid() == 1,
+		MachineID: cfg.Identity.MachineID, ProductUUID: cfg.Identity.ProductUUID}
+}
+
+// nodeIdentity gives the node a machine-id (and, when asked, a
+// product_uuid) of its own, mounted in nodeinit's mount namespace before
+// the kubelet starts and reads them. A failure is a warning: the node runs
+// with the identity its container has.
+func nodeIdentity(cfg *config.Config) {
+	o := identityOptions(cfg)
+	plan, err := identity.Decide(o)
+	if err == nil {
+		// Only in a mount namespace of nodeinit's own: a private one, or a
+		// container's, whose PID 1 nodeinit is.
+		err = plan.Apply(mountns.InPrivate() || o.PID1)
+	}
+	if err != nil {
+		klog.Warningf("Cannot give the node an identity of its own, it keeps its container's: %v (--node-machine-id=false turns this off)", err)
+		return
+	}
+	for _, a := range plan.Adjustments() {
+		klog.InfoSDepth(1, a.Msg, a.KV...)
+	}
 }
 
 // cgroupOptions are the cgroup settings, with the container's cgroup to be
@@ -107,6 +153,9 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 			return exitFailure
 		}
 		klog.InfoS("Made / rshared for the kubelet's mount propagation")
+	}
+	if cfg.Identity.MachineID || cfg.Identity.ProductUUID {
+		nodeIdentity(cfg)
 	}
 	kubelet, err := node.ReadKubeletConfig(cfg.Executor.Args)
 	if err != nil {

@@ -374,3 +374,11 @@ func TakePending(set *unix.Sigset_t) (sig unix.Signal, ok bool) {
 	})
 	return unix.Signal(n), err == nil // EAGAIN: none is pending
 }
+
+// Mount is mount(2).
+func Mount(source, target, fstype string, flags uintptr, data string) error {
+	if err := retry(func() error { return unix.Mount(source, target, fstype, flags, data) }); err != nil {
+		return &os.PathError{Op: "mount", Path: target, Err: err}
+	}
+	return nil
+}
