@@ -52,6 +52,14 @@ func writeFlags(cfg *config.Config) int {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "nodeinit: warning: the node's identity:", err)
 		}
+		if plan.Source == identity.Generated {
+			// Only a start makes and keeps one.
+			plan.MachineID = "generated at start"
+		}
+		// The container's own id left alone is no adjustment.
+		if plan.Source == identity.Own {
+			plan.Source = ""
+		}
 		for _, a := range plan.Adjustments() {
 			fmt.Fprintln(os.Stderr, "nodeinit:", a)
 		}
