@@ -227,7 +227,8 @@ func (k *kubeNode) writeFlags(t *testing.T, args []string, extra ...string) [][]
 	argv := append([]string{"unshare", "--pid", "--fork", "--mount-proc", testenv.BuildRaced(t, "./cmd/nodeinit"), "--write-flags"}, args...)
 	argv = append(append(argv, extra...), "--")
 	argv = append(argv, k.c.kubeletArgs(filepath.Join(k.c.bin, "kubelet"), k.dir)...)
-	out, err := run(10*time.Second, argv...)
+	// stdout alone: what nodeinit adjusts besides is on stderr.
+	out, err := stdoutOf(10*time.Second, argv...)
 	must(t, err)
 	var lines [][]string
 	for l := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
