@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/internal/linux"
@@ -13,16 +15,25 @@ import (
 
 // Apply keeps a generated id in the state directory and bind-mounts the
 // node's ids, read-only, over /etc/machine-id (and product_uuid) under the
-// plan's root. contained must say that the mount namespace is nodeinit's
-// own (a private one, or a container's): a mount in the host's namespace
-// would change the host's machine-id for every program on it, so without
-// it nothing is mounted and Apply fails.
+// plan's root. It mounts only where the mount cannot propagate: the mount
+// it would land on must not be shared. A shared one may have peers in the
+// host's mount namespace (nodeinit run on the host's root keeps the host's
+// propagation), and the id would then change the host's for every program
+// on it. In a container, whose root is private until --make-rshared, or
+// in nodeinit's private (rslave) namespace, nothing propagates out; boot
+// calls Apply before making / shared. contained must say that the mount
+// namespace is nodeinit's own (a private one, or a container's whose PID 1
+// nodeinit is): a host whose root is private would otherwise get the mount
+// in its own namespace.
 func (p Plan) Apply(contained bool) error {
 	if p.Mount == "" && p.ProductUUIDMount == "" {
 		return nil
 	}
 	if !contained {
 		return errors.New("nodeinit shares the host's mount namespace (not PID 1 of a container, no --private-mountns): not mounting over its " + MachineIDFile)
+	}
+	if err := unshared(filepath.Join(p.root, MachineIDFile)); err != nil {
+		return err
 	}
 	if p.Mount != "" {
 		if p.Source == Generated {
@@ -44,6 +55,34 @@ func (p Plan) Apply(contained bool) error {
 		// product_uuid there is nothing to mount over.
 		if err := bindReadOnly(filepath.Join(p.root, p.ProductUUIDMount), filepath.Join(p.root, ProductUUIDFile), false); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// unshared fails when the mount that holds target is shared: a mount on
+// it would propagate to its peers, which may be the host's.
+func unshared(target string) error {
+	mounts, err := mountinfo.GetMounts(nil)
+	if err != nil {
+		return fmt.Errorf("read the mounts: %w", err)
+	}
+	var under *mountinfo.Info
+	for _, m := range mounts {
+		// The last one listed on the longest prefix is the one on top.
+		if strings.HasPrefix(target, strings.TrimSuffix(m.Mountpoint, "/")+"/") || target == m.Mountpoint {
+			if under == nil || len(m.Mountpoint) >= len(under.Mountpoint) {
+				under = m
+			}
+		}
+	}
+	if under == nil {
+		return fmt.Errorf("no mount holds %s", target)
+	}
+	for _, o := range strings.Fields(under.Optional) {
+		if strings.HasPrefix(o, "shared:") {
+			return fmt.Errorf("the mount %s that holds %s is shared, so a mount on it could reach the host's: not mounting the node's id (run nodeinit in a container, or with --private-mountns)",
+				under.Mountpoint, target)
 		}
 	}
 	return nil

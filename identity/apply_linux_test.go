@@ -106,11 +106,51 @@ func TestApplyMakesAMissingMachineIDToMountOn(t *testing.T) {
 	}
 }
 
-// On the host's mount namespace nodeinit must never mount over the
-// machine-id: every program of the host would see it.
+// nodeinit run on the host's root keeps the host's propagation: its root
+// is shared with the host's. A mount there would change the host's
+// machine-id for every program on it, so nodeinit mounts nothing on a
+// shared mount.
+func TestApplyOnASharedMountMountsNothing(t *testing.T) {
+	root := t.TempDir()
+	var applied error
+	var seen []byte
+	must(t, inPrivateMountNamespace(t, func() error {
+		if err := unix.Mount("tmpfs", root, "tmpfs", 0, ""); err != nil {
+			return err
+		}
+		if err := unix.Mount("", root, "", unix.MS_SHARED, ""); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(root, MachineIDFile), []byte("uninitialized\n"), 0o444); err != nil {
+			return err
+		}
+		p, err := Decide(Options{Root: root, StateDir: "/state", PID1: true, MachineID: true})
+		if err != nil {
+			return err
+		}
+		applied = p.Apply(true)
+		seen, _ = os.ReadFile(filepath.Join(root, MachineIDFile))
+		if _, err := os.Stat(filepath.Join(root, "state")); err == nil {
+			t.Errorf("the id was kept though nothing was mounted")
+		}
+		return nil
+	}))
+	if applied == nil || !strings.Contains(applied.Error(), "is shared, so a mount on it could reach the host's") {
+		t.Errorf("Apply on a shared mount: %v", applied)
+	}
+	if string(seen) != "uninitialized\n" {
+		t.Errorf("%s reads %q", MachineIDFile, seen)
+	}
+}
+
+// Not PID 1 and not in a private namespace: nodeinit may be running in the
+// host's mount namespace, and mounts nothing.
 func TestApplyOutsideItsOwnMountNamespaceMountsNothing(t *testing.T) {
 	root := fakeRoot(t, map[string]string{"etc/machine-id": "uninitialized\n"})
-	p, err := Decide(Options{Root: root, StateDir: "/state", PID1: true, MachineID: true})
+	p, err := Decide(Options{Root: root, StateDir: "/state", MachineID: true})
 	must(t, err)
 	err = inPrivateMountNamespace(t, func() error {
 		err := p.Apply(false)
@@ -121,9 +161,6 @@ func TestApplyOutsideItsOwnMountNamespaceMountsNothing(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "shares the host's mount namespace") {
 		t.Errorf("Apply(false): %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "state")); err == nil {
-		t.Errorf("the id was kept though nothing was mounted")
 	}
 }
 

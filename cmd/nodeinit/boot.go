@@ -86,8 +86,6 @@ func nodeIdentity(cfg *config.Config) {
 	o := identityOptions(cfg)
 	plan, err := identity.Decide(o)
 	if err == nil {
-		// Only in a mount namespace of nodeinit's own: a private one, or a
-		// container's, whose PID 1 nodeinit is.
 		err = plan.Apply(mountns.InPrivate() || o.PID1)
 	}
 	if err != nil {
@@ -155,15 +153,17 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 	if mountns.InPrivate() {
 		klog.InfoS("Running in a private mount namespace; host mounts propagate in, the node's do not leak out")
 	}
+	// Before / is made shared: the node's id is mounted where it cannot
+	// propagate (identity's Apply refuses a shared mount).
+	if cfg.Identity.MachineID || cfg.Identity.ProductUUID {
+		nodeIdentity(cfg)
+	}
 	if cfg.MountNamespace.MakeRShared {
 		if err := mountns.MakeRShared(); err != nil {
 			klog.ErrorS(err, "Cannot make / recursively shared")
 			return exitFailure
 		}
 		klog.InfoS("Made / rshared for the kubelet's mount propagation")
-	}
-	if cfg.Identity.MachineID || cfg.Identity.ProductUUID {
-		nodeIdentity(cfg)
 	}
 	kubelet, err := node.ReadKubeletConfig(cfg.Executor.Args)
 	if err != nil {
