@@ -86,7 +86,7 @@ func nodeIdentity(cfg *config.Config) {
 	o := identityOptions(cfg)
 	plan, err := identity.Decide(o)
 	if err == nil {
-		err = plan.Apply(mountns.InPrivate() || o.PID1)
+		err = plan.Apply(mountns.InPrivate() || o.PID1 || ownMountNamespace())
 	}
 	if err != nil {
 		klog.Warningf("Cannot give the node an identity of its own, it keeps its container's: %v (--node-machine-id=false turns this off)", err)
@@ -95,6 +95,24 @@ func nodeIdentity(cfg *config.Config) {
 	for _, a := range plan.Adjustments() {
 		klog.InfoSDepth(1, a.Msg, a.KV...)
 	}
+}
+
+// ownMountNamespace says nodeinit's mount namespace is not that of PID 1
+// of its pid namespace, or not its parent's: in a container that shares
+// the host's pid namespace, PID 1 is the host's init and the parent the
+// runtime's monitor (conmon), both in the host's mount namespace. Where
+// neither can be read, it says no.
+func ownMountNamespace() bool {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return false
+	}
+	for _, other := range []string{"/proc/1/ns/mnt", fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid())} {
+		if ns, err := os.Readlink(other); err == nil && ns != self {
+			return true
+		}
+	}
+	return false
 }
 
 // cgroupOptions are the cgroup settings, with the container's cgroup to be

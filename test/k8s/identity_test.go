@@ -66,7 +66,8 @@ func machineIDMounts(t *testing.T, mountinfo string) []string {
 // /etc/machine-id is uninitialized, and the real kubelet reports a
 // machine-id of the node's own, the same after podman restart; a second
 // node of the same image gets another. An image with a machine-id baked
-// in, named by --image-machine-id, is treated the same way.
+// in, named by --image-machine-id, is treated the same way. A node in the
+// host's pid namespace reports the host's.
 func TestNodeImageGetsAMachineIDOfItsOwn(t *testing.T) {
 	c := getCluster(t)
 	c.buildNodeImage(t)
@@ -92,6 +93,42 @@ func TestNodeImageGetsAMachineIDOfItsOwn(t *testing.T) {
 	if first != "" && first == second {
 		t.Errorf("two nodes of one image both have machineID %q", first)
 	}
+	// In the host's pid namespace the node is the host: its machine-id is
+	// the host's, read through PID 1's root and mounted in the container
+	// (the host's own file untouched). Where the host's PID 1 cannot be
+	// read (a host that is itself a sandbox whose PID 1 hides from root),
+	// nodeinit cannot take the host's and gives the node one of its own,
+	// kept. podman stop would signal every process of the container at
+	// once here; the test removes it.
+	t.Run("sharing the host's pid namespace", func(t *testing.T) {
+		host, err := os.ReadFile("/etc/machine-id")
+		must(t, err)
+		hostID := strings.TrimSpace(string(host))
+		_, pid1Err := os.ReadFile("/proc/1/root/etc/machine-id")
+		k := c.runNodeImage(t, imageRun{podman: []string{"--pid=host"}})
+		n, took := k.waitReady(90 * time.Second)
+		if pid1Err != nil {
+			id := k.checkOwnMachineID(n, identityUninitialized)
+			k.waitLog(0, 0, `"Mounting a machine-id of the node's own over /etc/machine-id`, fmt.Sprintf("machineID=%q", id), `source="generated"`)
+			t.Logf("in the host's pid namespace, whose PID 1 cannot be read here (%v), the Node Ready %v after start with a machineID of its own %s",
+				pid1Err, took.Round(10*time.Millisecond), id)
+			return
+		}
+		if id := n.Status.NodeInfo.MachineID; id != hostID {
+			t.Errorf("the Node's machineID is %q; want the host's %q", id, hostID)
+		}
+		k.waitLog(0, 0, `"Mounting a machine-id of the node's own over /etc/machine-id`, fmt.Sprintf("machineID=%q", hostID), `source="host"`)
+		if m := machineIDMounts(t, fmt.Sprintf("/proc/%d/mountinfo", k.pid())); len(m) != 1 {
+			t.Errorf("the container has %d mounts on /etc/machine-id; want one", len(m))
+		}
+		if m := machineIDMounts(t, "/proc/self/mountinfo"); len(m) != 0 {
+			t.Errorf("the host has a mount on /etc/machine-id: %q", m)
+		}
+		if _, err := os.Stat(nodeIdentityDir); err == nil {
+			t.Errorf("%s exists: the host's id needs none kept", nodeIdentityDir)
+		}
+		t.Logf("in the host's pid namespace the Node Ready %v after start with the host's machineID %s", took.Round(10*time.Millisecond), hostID)
+	})
 	t.Run("baked into the image", func(t *testing.T) {
 		const baked = "0123456789abcdef0123456789abcdef"
 		image := "localhost/nodeinit-k8s-node-baked:test"
@@ -101,4 +138,26 @@ func TestNodeImageGetsAMachineIDOfItsOwn(t *testing.T) {
 		t.Cleanup(func() { _, _ = c.podman.run(time.Minute, "rmi", "--force", image) })
 		node(t, imageRun{image: image, nodeinit: []string{"--image-machine-id=" + baked}}, baked)
 	})
+}
+
+// TestNodeOnTheHostKeepsTheHostsMachineID: nodeinit on the host's root
+// finds the host's valid /etc/machine-id, its own, and leaves it alone: no
+// mount over it, and the Node reports it.
+func TestNodeOnTheHostKeepsTheHostsMachineID(t *testing.T) {
+	c := getCluster(t)
+	host, err := os.ReadFile("/etc/machine-id")
+	must(t, err)
+	hostID := strings.TrimSpace(string(host))
+	k := c.startNode(t, nodeSpec{})
+	n, _ := k.waitReady(90 * time.Second)
+	if id := n.Status.NodeInfo.MachineID; id != hostID {
+		t.Errorf("the Node's machineID is %q; want the host's %q", id, hostID)
+	}
+	k.waitLog(0, 0, `"The node's machine-id is its container's own: left alone"`, fmt.Sprintf("machineID=%q", hostID))
+	for _, mi := range []string{fmt.Sprintf("/proc/%d/mountinfo", k.pid()), "/proc/self/mountinfo"} {
+		if m := machineIDMounts(t, mi); len(m) != 0 {
+			t.Errorf("%s has a mount on /etc/machine-id: %q", mi, m)
+		}
+	}
+	t.Logf("on the host: the Node's machineID is the host's %s, left alone; TERM: %v", hostID, k.stopAndCheck(90*time.Second))
 }
