@@ -86,7 +86,7 @@ func nodeIdentity(cfg *config.Config) {
 	o := identityOptions(cfg)
 	plan, err := identity.Decide(o)
 	if err == nil {
-		err = plan.Apply(mountns.InPrivate() || o.PID1 || ownMountNamespace())
+		err = plan.Apply(mountns.InPrivate() || ownMountNamespace())
 	}
 	if err != nil {
 		klog.Warningf("Cannot give the node an identity of its own, it keeps its container's: %v (--node-machine-id=false turns this off)", err)
@@ -97,12 +97,21 @@ func nodeIdentity(cfg *config.Config) {
 	}
 }
 
-// ownMountNamespace says nodeinit's mount namespace is not that of PID 1
-// of its pid namespace, or not its parent's: in a container that shares
+// ownMountNamespace says nodeinit's mount namespace is its own: it is a
+// container's PID 1, or its namespace is not that of PID 1 of its pid
+// namespace or not its parent's: in a container that shares
 // the host's pid namespace, PID 1 is the host's init and the parent the
 // runtime's monitor (conmon), both in the host's mount namespace. Where
 // neither can be read, it says no.
 func ownMountNamespace() bool {
+	// PID 1 whose /proc is its pid namespace's: a container's init, whose
+	// runtime mounted that /proc in the container's mount namespace. PID 1
+	// of a pid namespace made without one (unshare --pid --fork alone)
+	// still sees the host's /proc, where it is not 1.
+	if os.Getpid() == 1 {
+		me, err := os.Readlink("/proc/self")
+		return err == nil && me == "1"
+	}
 	self, err := os.Readlink("/proc/self/ns/mnt")
 	if err != nil {
 		return false
