@@ -22,15 +22,15 @@ import (
 // on it. In a container, whose root is private until --make-rshared, or
 // in nodeinit's private (rslave) namespace, nothing propagates out; boot
 // calls Apply before making / shared. contained must say that the mount
-// namespace is nodeinit's own (a private one, or a container's whose PID 1
-// nodeinit is): a host whose root is private would otherwise get the mount
-// in its own namespace.
+// namespace is nodeinit's own (a private one, a container's whose PID 1
+// nodeinit is, or one other than PID 1's): a host whose root is private
+// would otherwise get the mount in its own namespace.
 func (p Plan) Apply(contained bool) error {
 	if p.Mount == "" && p.ProductUUIDMount == "" {
 		return nil
 	}
 	if !contained {
-		return errors.New("nodeinit shares the host's mount namespace (not PID 1 of a container, no --private-mountns): not mounting over its " + MachineIDFile)
+		return errors.New("nodeinit may share the host's mount namespace (not PID 1 of a container, in PID 1's mount namespace, no --private-mountns): not mounting over its " + MachineIDFile)
 	}
 	if err := unshared(filepath.Join(p.root, MachineIDFile)); err != nil {
 		return err

@@ -159,7 +159,7 @@ func TestApplyOutsideItsOwnMountNamespaceMountsNothing(t *testing.T) {
 		}
 		return err
 	})
-	if err == nil || !strings.Contains(err.Error(), "shares the host's mount namespace") {
+	if err == nil || !strings.Contains(err.Error(), "may share the host's mount namespace") {
 		t.Errorf("Apply(false): %v", err)
 	}
 }
