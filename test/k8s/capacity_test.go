@@ -381,12 +381,18 @@ func TestNodeImageInPodmanSizedToItsCgroup(t *testing.T) {
 // --system-reserved, the Node Ready with a heartbeat from the new kubelet,
 // the static pod Running (the host's containerd kept it), nodeinit in cg
 // and the kubelet's pods below it, and no cgroup below cg but kubepods
-// and what podman makes. The host is checked for leftovers when the test
+// and what podman makes, the host's mounts under /var/lib/kubelet as
+// before. The host is checked for leftovers when the test
 // ends.
 func (k *kubeNode) checkRestarts(n int, cg string, want sizedNode, static pod) {
 	t := k.t
 	t.Helper()
 	machineID := k.checkOwnMachineID(k.getNode(), identityUninitialized)
+	// The host's mounts of the node (its pods' volumes under the shared
+	// /var/lib/kubelet) are the same after each restart: none left behind
+	// twice, none lost.
+	mounts, err := mountsUnder([]string{"/var/lib/kubelet"})
+	must(t, err)
 	for i := 1; i <= n; i++ {
 		before := k.children()["kubelet"]
 		nd, ready := k.restart(i)
@@ -429,8 +435,11 @@ func (k *kubeNode) checkRestarts(n int, cg string, want sizedNode, static pod) {
 				}
 			}
 		}
-		t.Logf("restart %d: the Node Ready from the new kubelet %v after podman restart began; sized as before, machineID %q, the static pod Running",
-			i, ready.Round(10*time.Millisecond), machineID)
+		if now, err := mountsUnder([]string{"/var/lib/kubelet"}); err != nil || strings.Join(now, "\n") != strings.Join(mounts, "\n") {
+			t.Errorf("restart %d: the host's mounts under /var/lib/kubelet are\n%s\nwere\n%s (%v)", i, strings.Join(now, "\n"), strings.Join(mounts, "\n"), err)
+		}
+		t.Logf("restart %d: the Node Ready from the new kubelet %v after podman restart began; sized as before, machineID %q, the static pod Running, %d mounts under /var/lib/kubelet as before",
+			i, ready.Round(10*time.Millisecond), machineID, len(mounts))
 	}
 }
 
