@@ -37,6 +37,8 @@ type Config struct {
 	// ContainerChecks are what nodeinit checks of its container before the
 	// first fork, and adjusts for what the container lacks or restricts.
 	ContainerChecks ContainerChecks `json:"containerChecks"`
+	// Identity gives the node a machine-id (and product_uuid) of its own.
+	Identity Identity `json:"identity"`
 	// ReadyURL, when set, must answer 200 before READY=1 is sent to systemd.
 	ReadyURL string `json:"readyURL,omitempty"`
 	// PathOverride replaces PATH in the children's environment.
@@ -217,6 +219,28 @@ func (c ContainerChecks) Skips(check string) bool {
 	return false
 }
 
+// Identity is the node's own identity, as the kubelet reports it: the
+// machine-id (the Node's machineID) and DMI's product_uuid (systemUUID).
+type Identity struct {
+	// MachineID gives the node a machine-id of its own when
+	// /etc/machine-id is missing, empty, uninitialized or ImageMachineID:
+	// the host's when nodeinit shares the host's pid namespace, else one
+	// generated once and kept in Dir. It is bind-mounted over
+	// /etc/machine-id in nodeinit's mount namespace, never written there.
+	MachineID bool `json:"machineID"`
+	// ImageMachineID is the machine-id baked into the image, which every
+	// container of it shares: replaced as an uninitialized one is. Empty:
+	// a valid /etc/machine-id is the container's own.
+	ImageMachineID string `json:"imageMachineID,omitempty"`
+	// Dir keeps the generated ids. Empty: nodeinit/ in the kubelet's root
+	// directory (its --root-dir, else /var/lib/kubelet).
+	Dir string `json:"dir,omitempty"`
+	// ProductUUID mounts a product_uuid of the node's own, generated once
+	// and kept in Dir, over /sys/class/dmi/id/product_uuid: for several
+	// nodes on one host, which otherwise share the host's systemUUID.
+	ProductUUID bool `json:"productUUID"`
+}
+
 // Default returns the settings nodeinit uses when neither file nor flag says
 // otherwise.
 func Default() Config {
@@ -239,6 +263,7 @@ func Default() Config {
 		Logging:              Logging{MaxSize: 10, MaxBackups: 5, MaxAge: 7},
 		Cgroup:               Cgroup{MesosPrefix: "mesos", V2Leaf: "nodeinit"},
 		ContainerChecks:      ContainerChecks{IPTablesBackend: IPTablesAuto},
+		Identity:             Identity{MachineID: true},
 	}
 }
 

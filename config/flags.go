@@ -126,6 +126,14 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	bind(f, "cgroup-v2-evacuate", "cgroup.v2Evacuate", func(c *Config) **bool { return &c.Cgroup.V2Evacuate })
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.V2Leaf }, "cgroup-v2-leaf", "cgroup.v2Leaf",
 		"the `NAME` of the leaf below the joined cgroup that nodeinit uses on cgroup v2 when that cgroup enables controllers for its children")
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Identity.MachineID }, "node-machine-id", "identity.machineID",
+		"when /etc/machine-id is missing, empty, uninitialized or --image-machine-id, bind-mount a machine-id of the node's own over it: the host's when nodeinit shares the host's pid namespace, else one generated once and kept in --identity-dir")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Identity.ImageMachineID }, "image-machine-id", "identity.imageMachineID",
+		"the machine-`ID` baked into the node image, shared by every container of it: replaced like an uninitialized one")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Identity.Dir }, "identity-dir", "identity.dir",
+		"the `DIR` that keeps the node's generated machine-id and product_uuid across restarts; default: nodeinit/ in the kubelet's --root-dir")
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Identity.ProductUUID }, "node-product-uuid", "identity.productUUID",
+		"bind-mount a product_uuid of the node's own (generated once, kept in --identity-dir) over /sys/class/dmi/id/product_uuid, for several nodes on one host")
 	return f
 }
 

@@ -39,6 +39,7 @@ func TestFlagsHaveTheContractsNamesAndDefaults(t *testing.T) {
 		"skip-container-checks":   "[]", "raise-inotify-limits": "false", "iptables-backend": "auto",
 		"private-mountns": "false", "make-rshared": "false", "cgroup-parent": "", "mesos-cgroup-prefix": "mesos",
 		"require-cgroup": "false", "cgroup-v2-evacuate": "auto", "cgroup-v2-leaf": "nodeinit",
+		"node-machine-id": "true", "image-machine-id": "", "identity-dir": "", "node-product-uuid": "false",
 	}
 	fs := pflag.NewFlagSet("nodeinit", pflag.ContinueOnError)
 	AddFlags(fs)
@@ -77,7 +78,8 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--max-log-size=1.5Gi", "--max-log-backups=0", "--max-log-age=30", "--ready-url=http://127.0.0.1:10248/healthz",
 		"--skip-container-checks=swap,kmsg", "--raise-inotify-limits", "--iptables-backend=legacy",
 		"--system-bus-pass-through=false", "--make-rshared", "--cgroup-parent=/x", "--mesos-cgroup-prefix=mesos-agent", "--require-cgroup",
-		"--cgroup-v2-evacuate", "--cgroup-v2-leaf=init", "--", "/bin/kubelet", "--v=2")
+		"--cgroup-v2-evacuate", "--cgroup-v2-leaf=init", "--node-machine-id=false",
+		"--image-machine-id=0123456789abcdef0123456789abcdef", "--identity-dir=/id", "--node-product-uuid", "--", "/bin/kubelet", "--v=2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +96,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		MountNamespace:      MountNamespace{MakeRShared: true},
 		Cgroup:              Cgroup{Parent: "/x", MesosPrefix: "mesos-agent", Require: true, V2Evacuate: &yes, V2Leaf: "init"},
 		ContainerChecks:     ContainerChecks{Skip: []string{"swap", "kmsg"}, RaiseInotifyLimits: true, IPTablesBackend: "legacy"},
+		Identity:            Identity{ImageMachineID: "0123456789abcdef0123456789abcdef", Dir: "/id", ProductUUID: true},
 		ReadyURL:            "http://127.0.0.1:10248/healthz",
 		PathOverride:        "/p",
 	}

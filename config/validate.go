@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,6 +111,14 @@ func (c *Config) Validate() []FieldError {
 		v.oneOf(fmt.Sprintf("containerChecks.skip[%d]", i), name, append(slices.Clone(ContainerCheckNames), SkipAllChecks)...)
 	}
 
+	if id := c.Identity.ImageMachineID; id != "" && !machineID.MatchString(id) {
+		v.add(ErrorTypeInvalid, "identity.imageMachineID", id, "must be a machine-id: 32 lowercase hexadecimal digits")
+	}
+	v.text("identity.dir", c.Identity.Dir)
+	if d := c.Identity.Dir; d != "" && !strings.HasPrefix(d, "/") {
+		v.add(ErrorTypeInvalid, "identity.dir", d, "must be an absolute path")
+	}
+
 	if c.ReadyURL != "" {
 		u, err := url.Parse(c.ReadyURL)
 		if err != nil || u.Scheme != "http" || u.Host == "" {
@@ -119,6 +128,9 @@ func (c *Config) Validate() []FieldError {
 	v.text("pathOverride", c.PathOverride)
 	return v.errs
 }
+
+// machineID is /etc/machine-id's format, as systemd writes it.
+var machineID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // ProxyConfigFile is the file kube-proxy reads its settings from when args
 // (proxy.args) give it one with --config=FILE or --config FILE, the last

@@ -184,6 +184,16 @@ func executorNodeIP(args []string) string {
 	return first
 }
 
+// KubeletRootDir is the kubelet's --root-dir, where it keeps the node's
+// state: a flag only (the KubeletConfiguration has no such field), by
+// default /var/lib/kubelet.
+func KubeletRootDir(args []string) string {
+	if dir, ok := flagValue(args, "root-dir"); ok && dir != "" {
+		return dir
+	}
+	return "/var/lib/kubelet"
+}
+
 // flagValue finds the last value of a flag in args (see flagValues).
 func flagValue(args []string, name string) (value string, set bool) {
 	vals := flagValues(args, name)

@@ -312,3 +312,19 @@ func TestCommandsOwnTheirEnvironment(t *testing.T) {
 		t.Errorf("Setenv = %q, changed its input to %q", got, env)
 	}
 }
+
+func TestKubeletRootDirIsItsFlagElseTheDefault(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "/var/lib/kubelet"},
+		{[]string{"--root-dir=/data/kubelet"}, "/data/kubelet"},
+		{[]string{"--root-dir", "/a", "--root-dir=/b"}, "/b"},
+		{[]string{"--", "--root-dir=/not-the-kubelets"}, "/var/lib/kubelet"},
+	} {
+		if got := KubeletRootDir(tc.args); got != tc.want {
+			t.Errorf("KubeletRootDir(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}

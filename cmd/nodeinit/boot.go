@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nodeinit/nodeinit/cgroups"
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/identity"
 	"github.com/nodeinit/nodeinit/init/logsink"
 	"github.com/nodeinit/nodeinit/init/reaper"
 	"github.com/nodeinit/nodeinit/init/signals"
@@ -49,7 +51,83 @@ func writeFlags(cfg *config.Config) int {
 	if err := node.WriteFlags(os.Stdout, cmds...); err != nil {
 		return exitFailure
 	}
+	// stdout holds the command lines; what nodeinit changes in the node's
+	// view of the system goes to stderr.
+	if cfg.Identity.MachineID || cfg.Identity.ProductUUID {
+		plan, err := identity.Decide(identityOptions(cfg))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "nodeinit: warning: the node's identity:", err)
+		}
+		if plan.Source == identity.Generated {
+			// Only a start makes and keeps one.
+			plan.MachineID = "generated at start"
+		}
+		// The container's own id left alone is no adjustment.
+		if plan.Source == identity.Own {
+			plan.Source = ""
+		}
+		for _, a := range plan.Adjustments() {
+			fmt.Fprintln(os.Stderr, "nodeinit:", a)
+		}
+	}
 	return 0
+}
+
+// identityOptions are the identity settings: the generated ids are kept in
+// identity.dir, else in nodeinit/ of the kubelet's root directory.
+func identityOptions(cfg *config.Config) identity.Options {
+	dir := cfg.Identity.Dir
+	if dir == "" {
+		dir = filepath.Join(node.KubeletRootDir(cfg.Executor.Args), "nodeinit")
+	}
+	return identity.Options{Root: "/", StateDir: dir, ImageMachineID: cfg.Identity.ImageMachineID, PID1: os.Getpid() == 1,
+		MachineID: cfg.Identity.MachineID, ProductUUID: cfg.Identity.ProductUUID}
+}
+
+// nodeIdentity gives the node a machine-id (and, when asked, a
+// product_uuid) of its own, mounted in nodeinit's mount namespace before
+// the kubelet starts and reads them. A failure is a warning: the node runs
+// with the identity its container has.
+func nodeIdentity(cfg *config.Config) {
+	o := identityOptions(cfg)
+	plan, err := identity.Decide(o)
+	if err == nil {
+		err = plan.Apply(mountns.InPrivate() || ownMountNamespace())
+	}
+	if err != nil {
+		klog.Warningf("Cannot give the node an identity of its own, it keeps its container's: %v (--node-machine-id=false turns this off)", err)
+		return
+	}
+	for _, a := range plan.Adjustments() {
+		klog.InfoSDepth(1, a.Msg, a.KV...)
+	}
+}
+
+// ownMountNamespace says nodeinit's mount namespace is its own: it is a
+// container's PID 1, or its namespace is not that of PID 1 of its pid
+// namespace or not its parent's: in a container that shares
+// the host's pid namespace, PID 1 is the host's init and the parent the
+// runtime's monitor (conmon), both in the host's mount namespace. Where
+// neither can be read, it says no.
+func ownMountNamespace() bool {
+	// PID 1 whose /proc is its pid namespace's: a container's init, whose
+	// runtime mounted that /proc in the container's mount namespace. PID 1
+	// of a pid namespace made without one (unshare --pid --fork alone)
+	// still sees the host's /proc, where it is not 1.
+	if os.Getpid() == 1 {
+		me, err := os.Readlink("/proc/self")
+		return err == nil && me == "1"
+	}
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return false
+	}
+	for _, other := range []string{"/proc/1/ns/mnt", fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid())} {
+		if ns, err := os.Readlink(other); err == nil && ns != self {
+			return true
+		}
+	}
+	return false
 }
 
 // cgroupOptions are the cgroup settings, with the container's cgroup to be
@@ -107,6 +185,11 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 	}
 	if mountns.InPrivate() {
 		klog.InfoS("Running in a private mount namespace; host mounts propagate in, the node's do not leak out")
+	}
+	// Before / is made shared: the node's id is mounted where it cannot
+	// propagate (identity's Apply refuses a shared mount).
+	if cfg.Identity.MachineID || cfg.Identity.ProductUUID {
+		nodeIdentity(cfg)
 	}
 	if cfg.MountNamespace.MakeRShared {
 		if err := mountns.MakeRShared(); err != nil {

@@ -21,6 +21,7 @@ func TestNodeImageBuildsAndShowsItsCommandLines(t *testing.T) {
 		testenv.Build(t, "./test/helpers/demo-executor"): "bin/kubelet",
 		testenv.Build(t, "./test/helpers/demo-proxy"):    "bin/kube-proxy",
 		filepath.Join(root, "images/node/config.yaml"):   "images/node/config.yaml",
+		filepath.Join(root, "images/node/machine-id"):    "images/node/machine-id",
 	} {
 		if err := copyFile(from, filepath.Join(context, to)); err != nil {
 			t.Fatal(err)
@@ -36,7 +37,18 @@ func TestNodeImageBuildsAndShowsItsCommandLines(t *testing.T) {
 	if got := e.inspect(t, image, "{{json .Config.Entrypoint}}"); got != `["/nodeinit","--config=/etc/nodeinit/config.yaml"]` {
 		t.Errorf("entrypoint %s, want nodeinit with the default config", got)
 	}
-	out := e.must(t, "run", "--rm", "--network=none", image, "--write-flags")
+	// The image ships /etc/machine-id uninitialized, and --write-flags
+	// says on stderr that the node gets one of its own.
+	cmd := e.command("run", "--rm", "--network=none", image, "--write-flags")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("--write-flags: %v\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	if want := `Mounting a machine-id of the node's own over /etc/machine-id (--node-machine-id=false turns this off) machineID="generated at start" source="generated" from="/var/lib/kubelet/nodeinit/machine-id" reason="/etc/machine-id is uninitialized"`; !strings.Contains(stderr.String(), want) {
+		t.Errorf("--write-flags said on stderr:\n%s\nwant a line with\n%s", stderr.String(), want)
+	}
 	kubelet := strings.Index(out, "/usr/local/bin/kubelet")
 	proxy := strings.Index(out, "/usr/local/bin/kube-proxy")
 	if kubelet < 0 || proxy < 0 || kubelet > proxy {

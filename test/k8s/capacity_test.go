@@ -376,46 +376,26 @@ func TestNodeImageInPodmanSizedToItsCgroup(t *testing.T) {
 
 // checkRestarts restarts the node container n times (podman restart:
 // TERM, then a new nodeinit in the same container): each time the node comes
-// back sized as before, with the same machineID, the kubelet a new process with the same
+// back sized as before, with the same machineID (its own, mounted once,
+// never on the host), the kubelet a new process with the same
 // --system-reserved, the Node Ready with a heartbeat from the new kubelet,
 // the static pod Running (the host's containerd kept it), nodeinit in cg
 // and the kubelet's pods below it, and no cgroup below cg but kubepods
-// and what podman makes. The host is checked for leftovers when the test
+// and what podman makes, the host's mounts under /var/lib/kubelet as
+// before. The host is checked for leftovers when the test
 // ends.
 func (k *kubeNode) checkRestarts(n int, cg string, want sizedNode, static pod) {
 	t := k.t
 	t.Helper()
-	machineID := k.getNode().Status.NodeInfo.MachineID
+	machineID := k.checkOwnMachineID(k.getNode(), identityUninitialized)
+	// The host's mounts of the node (its pods' volumes under the shared
+	// /var/lib/kubelet) are the same after each restart: none left behind
+	// twice, none lost.
+	mounts, err := mountsUnder([]string{"/var/lib/kubelet"})
+	must(t, err)
 	for i := 1; i <= n; i++ {
 		before := k.children()["kubelet"]
-		began := time.Now()
-		if _, err := k.c.podman.run(2*time.Minute, "restart", "--time", "60", "nodeinit-k8s-node"); err != nil {
-			t.Fatalf("restart %d: %v", i, err)
-		}
-		// This run's log begins with its "Starting nodeinit"; the TERM
-		// that ended the one before comes earlier.
-		k.since = k.waitLog(60*time.Second, timeOfDay(began), `"Starting nodeinit"`).at
-		k.waitLog(60*time.Second, k.since, `"Started task"`, `task="executor"`)
-		y, mo, d := began.UTC().Date()
-		started := time.Date(y, mo, d, 0, 0, 0, 0, time.UTC).Add(k.since)
-		// Ready, and said so by the new kubelet: it answers its healthz
-		// (the one before is gone), and the Node's heartbeat is from
-		// after it started.
-		if err := waitHTTP(http.DefaultClient, "http://127.0.0.1:10248/healthz", nil, 60*time.Second); err != nil {
-			k.dumpLogs()
-			t.Fatalf("restart %d: the new kubelet: %v", i, err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		items, err := watchUntil(ctx, k.c.api, "/api/v1/nodes", url.Values{"fieldSelector": {"metadata.name=" + nodeName}},
-			func(n node) string { return n.Metadata.Name }, func(ns []node) bool {
-				return len(ns) == 1 && ns[0].ready() && !ns[0].condition("Ready").LastHeartbeatTime.Before(started.Truncate(time.Second))
-			})
-		cancel()
-		if err != nil {
-			k.dumpLogs()
-			t.Fatalf("restart %d: the Node did not report Ready from the new kubelet: %v", i, err)
-		}
-		ready := time.Since(began)
+		nd, ready := k.restart(i)
 		kubelet := k.children()["kubelet"]
 		if kubelet == 0 || kubelet == before {
 			t.Errorf("restart %d: the kubelet is pid %d, was %d", i, kubelet, before)
@@ -429,8 +409,7 @@ func (k *kubeNode) checkRestarts(n int, cg string, want sizedNode, static pod) {
 		if reserved != want.reserved {
 			t.Errorf("restart %d: the kubelet has --system-reserved=%q, before the restart %q", i, reserved, want.reserved)
 		}
-		nd := items[0]
-		if id := nd.Status.NodeInfo.MachineID; id != machineID {
+		if id := k.checkOwnMachineID(nd, identityUninitialized); id != machineID {
 			t.Errorf("restart %d: the Node's machineID is %q, was %q", i, id, machineID)
 		}
 		if m, c := quantity(t, nd.Status.Allocatable["memory"]), quantity(t, nd.Status.Allocatable["cpu"]); m.Cmp(want.allocMemory) != 0 || c.Cmp(want.allocCPU) != 0 {
@@ -456,9 +435,47 @@ func (k *kubeNode) checkRestarts(n int, cg string, want sizedNode, static pod) {
 				}
 			}
 		}
-		t.Logf("restart %d: the Node Ready from the new kubelet %v after podman restart began; sized as before, machineID %q, the static pod Running",
-			i, ready.Round(10*time.Millisecond), machineID)
+		if now, err := mountsUnder([]string{"/var/lib/kubelet"}); err != nil || strings.Join(now, "\n") != strings.Join(mounts, "\n") {
+			t.Errorf("restart %d: the host's mounts under /var/lib/kubelet are\n%s\nwere\n%s (%v)", i, strings.Join(now, "\n"), strings.Join(mounts, "\n"), err)
+		}
+		t.Logf("restart %d: the Node Ready from the new kubelet %v after podman restart began; sized as before, machineID %q, the static pod Running, %d mounts under /var/lib/kubelet as before",
+			i, ready.Round(10*time.Millisecond), machineID, len(mounts))
 	}
+}
+
+// restart restarts the node container (podman restart: TERM, then a new
+// nodeinit in the same container) and waits for the Node to be Ready from
+// the new kubelet: it answers its healthz (the one before is gone), and the
+// Node's heartbeat is from after it started. It returns the Node and how
+// long after the restart began it was Ready.
+func (k *kubeNode) restart(i int) (node, time.Duration) {
+	t := k.t
+	t.Helper()
+	began := time.Now()
+	if _, err := k.c.podman.run(2*time.Minute, "restart", "--time", "60", "nodeinit-k8s-node"); err != nil {
+		t.Fatalf("restart %d: %v", i, err)
+	}
+	// This run's log begins with its "Starting nodeinit"; the TERM
+	// that ended the one before comes earlier.
+	k.since = k.waitLog(60*time.Second, timeOfDay(began), `"Starting nodeinit"`).at
+	k.waitLog(60*time.Second, k.since, `"Started task"`, `task="executor"`)
+	y, mo, d := began.UTC().Date()
+	started := time.Date(y, mo, d, 0, 0, 0, 0, time.UTC).Add(k.since)
+	if err := waitHTTP(http.DefaultClient, "http://127.0.0.1:10248/healthz", nil, 60*time.Second); err != nil {
+		k.dumpLogs()
+		t.Fatalf("restart %d: the new kubelet: %v", i, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	items, err := watchUntil(ctx, k.c.api, "/api/v1/nodes", url.Values{"fieldSelector": {"metadata.name=" + nodeName}},
+		func(n node) string { return n.Metadata.Name }, func(ns []node) bool {
+			return len(ns) == 1 && ns[0].ready() && !ns[0].condition("Ready").LastHeartbeatTime.Before(started.Truncate(time.Second))
+		})
+	cancel()
+	if err != nil {
+		k.dumpLogs()
+		t.Fatalf("restart %d: the Node did not report Ready from the new kubelet: %v", i, err)
+	}
+	return items[0], time.Since(began)
 }
 
 // timeOfDay is t as nodeinitLines counts: the time since midnight, UTC.

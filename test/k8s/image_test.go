@@ -65,6 +65,7 @@ func (c *cluster) buildNodeImage(t *testing.T) {
 			filepath.Join(c.bin, "kubelet"):                "bin/kubelet",
 			filepath.Join(c.bin, "kube-proxy"):             "bin/kube-proxy",
 			filepath.Join(root, "images/node/config.yaml"): "images/node/config.yaml",
+			filepath.Join(root, "images/node/machine-id"):  "images/node/machine-id",
 		} {
 			if c.nodeImageErr = linkOrCopy(from, filepath.Join(context, to)); c.nodeImageErr != nil {
 				return
@@ -89,7 +90,13 @@ func (c *cluster) buildNodeImage(t *testing.T) {
 // before the proxy flags.
 type imageRun struct {
 	podman, nodeinit []string
+	image            string // default: nodeImage
 }
+
+// nodeIdentityDir is where nodeinit keeps the generated machine-id of a node
+// in the image: nodeinit/ of the kubelet's root directory, which the
+// container shares with the host.
+const nodeIdentityDir = "/var/lib/kubelet/nodeinit"
 
 // runNodeImage starts the node image in podman. The node's files are its
 // /etc/kubernetes and its KubeletConfiguration is /var/lib/kubelet/config.yaml,
@@ -114,7 +121,12 @@ func (c *cluster) runNodeImage(t *testing.T, o imageRun) *kubeNode {
 		"-v", "/var/lib/kubelet:/var/lib/kubelet:rshared", "-v", "/sys/fs/cgroup:/sys/fs/cgroup",
 		"-v", dir + ":/etc/kubernetes:ro",
 		"-v", "/var/log/pods:/var/log/pods", "-v", cd + ":" + cd, "-v", cd + "/root:" + cd + "/root:ro"}
-	args = append(append(append(args, o.podman...), nodeImage, "--make-rshared"), o.nodeinit...)
+	if o.image == "" {
+		o.image = nodeImage
+	}
+	// Each run is a new node: the id an earlier one kept goes.
+	must(t, os.RemoveAll(nodeIdentityDir))
+	args = append(append(append(args, o.podman...), o.image, "--make-rshared"), o.nodeinit...)
 	args = append(append(args, proxyFlags("iptables")...), "--",
 		"/usr/local/bin/kubelet", "--config=/var/lib/kubelet/config.yaml", "--kubeconfig=/etc/kubernetes/kubelet.conf",
 		"--node-ip="+c.nodeIP, "--hostname-override="+nodeName)
@@ -158,6 +170,9 @@ func (c *cluster) runNodeImage(t *testing.T, o imageRun) *kubeNode {
 			t.Logf("the node container's log, last lines:\n%s", testenv.Tail(k.log(), 40))
 		}
 		if _, err := c.podman.run(2*time.Minute, "rm", "--force", "--time", "30", name); err != nil {
+			t.Error(err)
+		}
+		if err := os.RemoveAll(nodeIdentityDir); err != nil {
 			t.Error(err)
 		}
 		k.teardown()

@@ -1,0 +1,196 @@
+package identity
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// inPrivateMountNamespace runs fn on an OS thread of its own in a new,
+// private mount namespace, as nodeinit's is: the mounts fn makes are seen
+// there only. The thread is thrown away afterwards (never unlocked), so no
+// other goroutine runs in that namespace.
+func inPrivateMountNamespace(t *testing.T, fn func() error) error {
+	t.Helper()
+	if os.Geteuid() != 0 && os.Getenv("CI") == "" {
+		t.Skip("mounting needs root")
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
+			done <- err
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+			done <- err
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
+}
+
+func TestApplyMountsTheKeptIDOverMachineIDReadOnly(t *testing.T) {
+	root := fakeRoot(t, map[string]string{"etc/machine-id": "uninitialized\n", "state": "/"})
+	etc := filepath.Join(root, MachineIDFile)
+	opts := Options{Root: root, StateDir: "/state", PID1: true, MachineID: true}
+	p, err := Decide(opts)
+	must(t, err)
+	var seen string
+	err = inPrivateMountNamespace(t, func() error {
+		if err := p.Apply(true); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(etc)
+		seen = string(b)
+		// Read-only, as systemd mounts it: nothing running on the node
+		// can change the node's id.
+		if err := os.WriteFile(etc, []byte(hostsID), 0o644); !errors.Is(err, unix.EROFS) {
+			t.Errorf("writing over the mounted machine-id: %v, want EROFS", err)
+		}
+		return err
+	})
+	must(t, err)
+	if seen != p.MachineID+"\n" {
+		t.Errorf("in the namespace %s reads %q, want %q", MachineIDFile, seen, p.MachineID+"\n")
+	}
+	// Outside the namespace, the container's file is as it was: nothing is
+	// written into the image.
+	if b, _ := os.ReadFile(etc); string(b) != "uninitialized\n" {
+		t.Errorf("outside the namespace %s holds %q", MachineIDFile, b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "state/machine-id")); string(b) != p.MachineID+"\n" {
+		t.Errorf("the state holds %q, want %q", b, p.MachineID)
+	}
+	// The next start (podman restart) finds the kept one.
+	again, err := Decide(opts)
+	must(t, err)
+	if again.Source != Kept || again.MachineID != p.MachineID {
+		t.Errorf("after a restart: %s %s, want kept %s", again.Source, again.MachineID, p.MachineID)
+	}
+	err = inPrivateMountNamespace(t, func() error {
+		if err := again.Apply(true); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(etc)
+		seen = string(b)
+		return err
+	})
+	must(t, err)
+	if seen != p.MachineID+"\n" {
+		t.Errorf("after a restart %s reads %q, want %q", MachineIDFile, seen, p.MachineID)
+	}
+}
+
+func TestApplyMakesAMissingMachineIDToMountOn(t *testing.T) {
+	root := fakeRoot(t, map[string]string{"etc": "/"})
+	p, err := Decide(Options{Root: root, StateDir: "/state", PID1: true, MachineID: true})
+	must(t, err)
+	var seen string
+	must(t, inPrivateMountNamespace(t, func() error {
+		if err := p.Apply(true); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(root, MachineIDFile))
+		seen = string(b)
+		return err
+	}))
+	if strings.TrimSpace(seen) != p.MachineID {
+		t.Errorf("%s reads %q, want %q", MachineIDFile, seen, p.MachineID)
+	}
+}
+
+// nodeinit run on the host's root keeps the host's propagation: its root
+// is shared with the host's. A mount there would change the host's
+// machine-id for every program on it, so nodeinit mounts nothing on a
+// shared mount.
+func TestApplyOnASharedMountMountsNothing(t *testing.T) {
+	root := t.TempDir()
+	var applied error
+	var seen []byte
+	must(t, inPrivateMountNamespace(t, func() error {
+		if err := unix.Mount("tmpfs", root, "tmpfs", 0, ""); err != nil {
+			return err
+		}
+		if err := unix.Mount("", root, "", unix.MS_SHARED, ""); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(root, MachineIDFile), []byte("uninitialized\n"), 0o444); err != nil {
+			return err
+		}
+		p, err := Decide(Options{Root: root, StateDir: "/state", PID1: true, MachineID: true})
+		if err != nil {
+			return err
+		}
+		applied = p.Apply(true)
+		seen, _ = os.ReadFile(filepath.Join(root, MachineIDFile))
+		if _, err := os.Stat(filepath.Join(root, "state")); err == nil {
+			t.Errorf("the id was kept though nothing was mounted")
+		}
+		return nil
+	}))
+	if applied == nil || !strings.Contains(applied.Error(), "is shared, so a mount on it could reach the host's") {
+		t.Errorf("Apply on a shared mount: %v", applied)
+	}
+	if string(seen) != "uninitialized\n" {
+		t.Errorf("%s reads %q", MachineIDFile, seen)
+	}
+}
+
+// Not PID 1 and not in a private namespace: nodeinit may be running in the
+// host's mount namespace, and mounts nothing.
+func TestApplyOutsideItsOwnMountNamespaceMountsNothing(t *testing.T) {
+	root := fakeRoot(t, map[string]string{"etc/machine-id": "uninitialized\n"})
+	p, err := Decide(Options{Root: root, StateDir: "/state", MachineID: true})
+	must(t, err)
+	err = inPrivateMountNamespace(t, func() error {
+		err := p.Apply(false)
+		if b, _ := os.ReadFile(filepath.Join(root, MachineIDFile)); string(b) != "uninitialized\n" {
+			t.Errorf("%s reads %q", MachineIDFile, b)
+		}
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "may share the host's mount namespace") {
+		t.Errorf("Apply(false): %v", err)
+	}
+}
+
+func TestApplyLeavesTheContainersOwnIDAlone(t *testing.T) {
+	root := fakeRoot(t, map[string]string{"etc/machine-id": hostsID + "\n"})
+	p, err := Decide(Options{Root: root, StateDir: "/state", PID1: false, MachineID: true})
+	must(t, err)
+	// Not even asked to be contained: nothing is to be mounted.
+	must(t, p.Apply(false))
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	if strings.Contains(string(mounts), root) {
+		t.Errorf("a mount under %s", root)
+	}
+}
+
+func TestApplyMountsTheProductUUID(t *testing.T) {
+	root := fakeRoot(t, map[string]string{"etc/machine-id": hostsID, "sys/class/dmi/id/product_uuid": "host-uuid\n"})
+	p, err := Decide(Options{Root: root, StateDir: "/state", PID1: true, MachineID: true, ProductUUID: true})
+	must(t, err)
+	var seen string
+	must(t, inPrivateMountNamespace(t, func() error {
+		if err := p.Apply(true); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(root, ProductUUIDFile))
+		seen = string(b)
+		return err
+	}))
+	if strings.TrimSpace(seen) != p.ProductUUID {
+		t.Errorf("product_uuid reads %q, want %q", seen, p.ProductUUID)
+	}
+}
