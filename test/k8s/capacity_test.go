@@ -221,7 +221,10 @@ spec:
 `
 
 // checkTooBigPodPending creates bigPod and waits for the scheduler to
-// call it unschedulable for want of memory; it stays Pending.
+// call it unschedulable for want of memory; it stays Pending. The first
+// verdict can name another reason (a taint the new Node has for a moment):
+// the scheduler tries again when the Node changes, so the wait is for the
+// memory verdict.
 func (k *kubeNode) checkTooBigPodPending() {
 	t := k.t
 	t.Helper()
@@ -231,7 +234,7 @@ func (k *kubeNode) checkTooBigPodPending() {
 	unschedulable := func(ps []pod) bool {
 		for _, p := range ps {
 			for _, c := range p.Status.Conditions {
-				if c.Type == "PodScheduled" && c.Status == "False" && c.Reason == "Unschedulable" {
+				if c.Type == "PodScheduled" && c.Status == "False" && c.Reason == "Unschedulable" && strings.Contains(c.Message, "Insufficient memory") {
 					return true
 				}
 			}
@@ -241,7 +244,7 @@ func (k *kubeNode) checkTooBigPodPending() {
 	items, err := watchUntil(ctx, k.c.api, "/api/v1/namespaces/default/pods", url.Values{"fieldSelector": {"metadata.name=too-big"}},
 		func(p pod) string { return p.Metadata.Name }, unschedulable)
 	if err != nil || !unschedulable(items) {
-		t.Fatalf("the pod asking for 4Gi was not found unschedulable (error %v): %s", err, podSummary(items))
+		t.Fatalf("the pod asking for 4Gi was not found unschedulable for insufficient memory (error %v): %s", err, podSummary(items))
 	}
 	p := items[0]
 	var msg string
