@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -96,9 +97,9 @@ func legacyTable(domain, level int, table string) (rules int, hints bool, err er
 	if len(table) >= xtTableMaxName {
 		return 0, false, fmt.Errorf("legacy table name %q too long", table)
 	}
-	fd, err := unix.Socket(domain, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	fd, err := linux.Socket(domain, unix.SOCK_RAW, unix.IPPROTO_RAW)
 	if err != nil {
-		return 0, false, os.NewSyscallError("socket", err)
+		return 0, false, err
 	}
 	defer unix.Close(fd)
 	info := make([]byte, iptGetinfoSize)
@@ -128,16 +129,24 @@ func legacyTable(domain, level int, table string) (rules int, hints bool, err er
 // nftChain is one chain of an iptables-nft table.
 type nftChain struct{ table, name string }
 
+// nftDumpTimeout bounds each read of an nftables dump.
+const nftDumpTimeout = 2 * time.Second
+
 // nftDump lists the chains of the tables iptables-nft uses (ip and ip6
 // families, iptablesTables) and counts their rules, over netlink.
 func nftDump() (chains []nftChain, rules int, err error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	fd, err := linux.Socket(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER)
 	if err != nil {
-		return nil, 0, os.NewSyscallError("socket", err)
+		return nil, 0, err
 	}
 	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, 0, os.NewSyscallError("bind", err)
+	if err := linux.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, 0, err
+	}
+	// Read before the first fork: the kernel answers a dump at once, and
+	// nodeinit must not wait on it without a bound all the same.
+	if err := linux.SetReceiveTimeout(fd, nftDumpTimeout); err != nil {
+		return nil, 0, err
 	}
 	for i, msg := range []uint16{unix.NFT_MSG_GETCHAIN, unix.NFT_MSG_GETRULE} {
 		err := nftDumpEach(fd, uint32(i+1), msg, func(family uint8, attrs map[uint16][]byte) {
@@ -170,17 +179,14 @@ func nftDumpEach(fd int, seq uint32, msg uint16, each func(family uint8, attrs m
 	ne.PutUint32(req[8:], seq)
 	req[unix.NLMSG_HDRLEN] = unix.AF_UNSPEC
 	req[unix.NLMSG_HDRLEN+1] = unix.NFNETLINK_V0
-	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return os.NewSyscallError("sendto", err)
+	if err := linux.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return err
 	}
 	buf := make([]byte, 1<<16)
 	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
+		n, err := linux.Recvfrom(fd, buf, 0)
 		if err != nil {
-			return os.NewSyscallError("recvfrom", err)
+			return fmt.Errorf("nftables dump: %w", err)
 		}
 		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
 		if err != nil {

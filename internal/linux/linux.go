@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -422,4 +423,52 @@ func GetsockoptBytes(fd, level, opt int, buf []byte) (int, error) {
 		return 0, os.NewSyscallError("getsockopt", err)
 	}
 	return int(n), nil
+}
+
+// Socket is socket(2) with SOCK_CLOEXEC added: a descriptor nodeinit opens
+// is its own, never a child's.
+func Socket(domain, typ, proto int) (int, error) {
+	fd, err := unix.Socket(domain, typ|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	return fd, nil
+}
+
+// Bind is bind(2).
+func Bind(fd int, sa unix.Sockaddr) error {
+	if err := unix.Bind(fd, sa); err != nil {
+		return os.NewSyscallError("bind", err)
+	}
+	return nil
+}
+
+// SetReceiveTimeout bounds each blocking receive on fd (SO_RCVTIMEO): one
+// that waits longer fails with EAGAIN.
+func SetReceiveTimeout(fd int, d time.Duration) error {
+	tv := unix.NsecToTimeval(d.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return os.NewSyscallError("setsockopt SO_RCVTIMEO", err)
+	}
+	return nil
+}
+
+// Sendto is sendto(2), once.
+func Sendto(fd int, p []byte, flags int, to unix.Sockaddr) error {
+	if err := retry(func() error { return unix.Sendto(fd, p, flags, to) }); err != nil {
+		return os.NewSyscallError("sendto", err)
+	}
+	return nil
+}
+
+// Recvfrom is recvfrom(2), retried on EINTR.
+func Recvfrom(fd int, p []byte, flags int) (int, error) {
+	n, err := retry2(func() (int, error) {
+		n, _, err := unix.Recvfrom(fd, p, flags)
+		return n, err
+	})
+	if err != nil {
+		return n, os.NewSyscallError("recvfrom", err)
+	}
+	return n, nil
 }
