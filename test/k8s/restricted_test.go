@@ -13,12 +13,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/cgroups"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
@@ -373,16 +375,44 @@ mount --bind "$NODE_DIR/swaps" /proc/swaps`
 // restricted; edit, when set, changes the kubelet's configuration file.
 func (c *cluster) startNodeIn(t *testing.T, setup string, edit func(string) string, flags ...string) *kubeNode {
 	t.Helper()
+	return c.startRestricted(t, restriction{setup: setup, edit: edit}, flags...)
+}
+
+// restriction is how a test makes nodeinit's container restricted.
+type restriction struct {
+	// setup is a shell script run in nodeinit's mount namespace first,
+	// with the node's directory in $NODE_DIR.
+	setup string
+	// edit, when set, changes the kubelet's configuration file.
+	edit func(string) string
+	// readOnly are mount points remounted read-only there.
+	readOnly []string
+	// kubeletArgs, when set, are more of the kubelet's flags, given the
+	// node's directory.
+	kubeletArgs func(dir string) []string
+}
+
+// startRestricted starts a node as startNode does, in the container r
+// makes, with more nodeinit flags.
+func (c *cluster) startRestricted(t *testing.T, r restriction, flags ...string) *kubeNode {
+	t.Helper()
 	dir := t.TempDir()
 	c.writeNodeFiles(t, dir, dir, nodeSpec{})
-	if edit != nil {
+	if r.edit != nil {
 		file := filepath.Join(dir, "kubelet.yaml")
 		b, err := os.ReadFile(file)
 		must(t, err)
-		must(t, os.WriteFile(file, []byte(edit(string(b))), 0o600))
+		must(t, os.WriteFile(file, []byte(r.edit(string(b))), 0o600))
 	}
-	prefix := []string{"/bin/sh", "-c", "set -e\n" + setup + "\nexec \"$@\"", "setup"}
-	return c.launchNodeWith(t, dir, testenv.Options{Prefix: prefix, Env: []string{"NODE_DIR=" + dir}}, c.nodeArgs(dir, nodeSpec{flags: flags})...)
+	o := testenv.Options{ReadOnly: r.readOnly, Env: []string{"NODE_DIR=" + dir}}
+	if r.setup != "" {
+		o.Prefix = []string{"/bin/sh", "-c", "set -e\n" + r.setup + "\nexec \"$@\"", "setup"}
+	}
+	args := c.nodeArgs(dir, nodeSpec{flags: flags})
+	if r.kubeletArgs != nil {
+		args = append(args, r.kubeletArgs(dir)...)
+	}
+	return c.launchNodeWith(t, dir, o, args...)
 }
 
 // proxyLog is kube-proxy's output.
@@ -671,4 +701,206 @@ func TestIPTablesBackendOfTheNamespace(t *testing.T) {
 			ns.stopNode(k)
 		})
 	}
+}
+
+// TestKubeletRootDirOnAFileSystemItCannotFind: the kubelet's root dir on a
+// ramfs, a file system the kubelet's cAdvisor does not know and whose
+// device is nowhere under /dev. Skipping the check, the real kubelet
+// starts and exits on "failed to get rootfs info"; with it nodeinit names
+// the root dir, its mount and device in one line and exits 1 before
+// starting anything.
+func TestKubeletRootDirOnAFileSystemItCannotFind(t *testing.T) {
+	c := getCluster(t)
+	// A short path: the kubelet's sockets under its root dir must fit a
+	// socket address (108 bytes), and it exits when one does not.
+	root, err := os.MkdirTemp("", "kubelet-root-")
+	must(t, err)
+	t.Cleanup(func() { os.Remove(root) })
+	r := restriction{
+		setup:       "mount -t ramfs ramfs-of-the-node " + root,
+		kubeletArgs: func(string) []string { return []string{"--root-dir=" + root} },
+	}
+	t.Run("without the check the kubelet exits", func(t *testing.T) {
+		k := c.startRestricted(t, r, "--skip-container-checks=rootfs-device")
+		code := k.wait(90 * time.Second)
+		line := lastLineWith(k.executorLog(), "failed to get rootfs info")
+		if code == 0 || line == "" {
+			t.Fatalf("nodeinit exited %d; want the kubelet's failure on its rootfs; the kubelet's log:\n%s", code, testenv.Tail(k.executorLog(), 20))
+		}
+		t.Logf("the kubelet exited %v after nodeinit started, nodeinit with it (%d): %s", time.Since(k.started).Round(10*time.Millisecond), code, line)
+	})
+	t.Run("with the check one line names the device", func(t *testing.T) {
+		k := c.startRestricted(t, r)
+		if code := k.wait(30 * time.Second); code != 1 {
+			t.Errorf("nodeinit exited %d; want 1", code)
+		}
+		errs := slices.DeleteFunc(k.lines("E"), func(l string) bool { return !strings.HasPrefix(l, "E") })
+		if len(errs) != 1 || !strings.Contains(errs[0], "The kubelet's root dir "+root+" is on ramfs-of-the-node (ramfs, device ") {
+			t.Errorf("want one error line naming the root dir, its mount and device; got %q", errs)
+		}
+		if log := k.executorLog(); log != "" {
+			t.Errorf("the kubelet was started:\n%s", testenv.Tail(log, 10))
+		}
+		t.Logf("%s", errs)
+	})
+}
+
+// TestNodeWithReadOnlyCgroupfs: every cgroup hierarchy remounted
+// read-only in nodeinit's mount namespace, as docker and podman mount
+// them without --privileged. Skipping the check, the real kubelet cannot
+// make the pods' cgroups and exits; with it nodeinit, which has
+// CAP_SYS_ADMIN, remounts each read-write, says so once for each, and the
+// Node is Ready with its static pod.
+func TestNodeWithReadOnlyCgroupfs(t *testing.T) {
+	c := getCluster(t)
+	l, err := cgroups.ReadLayout("/")
+	must(t, err)
+	var mounts []string
+	for _, h := range l.Hierarchies {
+		mounts = append(mounts, h.Mountpoint)
+	}
+	testenv.Require(t, len(mounts) > 0, "a mounted cgroup hierarchy")
+	r := restriction{readOnly: mounts}
+	t.Run("without the check the kubelet exits", func(t *testing.T) {
+		k := c.startRestricted(t, r, "--skip-container-checks=cgroupfs")
+		code := k.wait(90 * time.Second)
+		line := lastLineWith(k.executorLog(), "read-only file system")
+		if code == 0 || line == "" {
+			t.Fatalf("nodeinit exited %d; want the kubelet's failure on the read-only cgroupfs; the kubelet's log:\n%s", code, testenv.Tail(k.executorLog(), 20))
+		}
+		t.Logf("the kubelet exited %v after nodeinit started, nodeinit with it (%d): %s", time.Since(k.started).Round(10*time.Millisecond), code, line)
+	})
+	t.Run("with the check the Node is Ready", func(t *testing.T) {
+		k := c.startRestricted(t, r)
+		k.waitLog(30*time.Second, 0, `"Adjusted the node to its container"`, `check="cgroupfs"`)
+		if a := k.lines(`"Adjusted the node to its container"`, `check="cgroupfs"`); len(a) != len(mounts) {
+			t.Errorf("%d lines for the remounts of %d read-only cgroup mounts:\n%s", len(a), len(mounts), strings.Join(a, "\n"))
+		}
+		_, took := k.waitReady(90 * time.Second)
+		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
+		t.Logf("Node Ready %v after nodeinit started, its %d cgroup mounts remounted read-write; static pod Running", took.Round(10*time.Millisecond), len(mounts))
+		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+	})
+}
+
+// stubResolver is /etc/resolv.conf with systemd-resolved's stub alone, and
+// systemd-resolved's upstream file with a real nameserver, both files of
+// the test bound in nodeinit's mount namespace.
+const stubResolver = `printf 'nameserver 127.0.0.53\noptions edns0\n' > "$NODE_DIR/resolv.conf"
+mount --bind "$NODE_DIR/resolv.conf" /etc/resolv.conf
+mkdir -p "$NODE_DIR/systemd/resolve"
+printf 'nameserver 192.0.2.53\n' > "$NODE_DIR/systemd/resolve/resolv.conf"
+mount --bind "$NODE_DIR/systemd" /run/systemd`
+
+// TestNodeWithAStubResolver: /etc/resolv.conf names only 127.0.0.53 while
+// /run/systemd/resolve/resolv.conf has a real nameserver. The kubelet
+// hands its resolv.conf to pods without a cluster DNS: skipping the check,
+// the static pod gets the loopback resolver, which would loop; with it the
+// kubelet gets --resolv-conf=/run/systemd/resolve/resolv.conf and the pod
+// the real nameserver.
+func TestNodeWithAStubResolver(t *testing.T) {
+	c := getCluster(t)
+	// The bind mount needs the directory; one the test makes goes after.
+	if _, err := os.Stat("/run/systemd"); errors.Is(err, os.ErrNotExist) {
+		must(t, os.Mkdir("/run/systemd", 0o755))
+		t.Cleanup(func() { _ = os.Remove("/run/systemd") })
+	}
+	r := restriction{setup: stubResolver}
+	podResolvConf := func(t *testing.T, k *kubeNode) string {
+		t.Helper()
+		p := k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)[0]
+		id, err := c.containerd.cri("ps", "--quiet", "--name", "sleep", "--label", "io.kubernetes.pod.name="+p.Metadata.Name)
+		must(t, err)
+		if strings.TrimSpace(id) == "" {
+			t.Fatalf("crictl lists no container of pod %s", p.Metadata.Name)
+		}
+		out, err := c.containerd.cri("exec", strings.Fields(id)[0], "cat", "/etc/resolv.conf")
+		must(t, err)
+		return out
+	}
+	t.Run("without the check the pod gets the loopback resolver", func(t *testing.T) {
+		k := c.startRestricted(t, r, "--skip-container-checks=resolv-conf")
+		k.waitReady(90 * time.Second)
+		got := podResolvConf(t, k)
+		if !strings.Contains(got, "nameserver 127.0.0.53") {
+			t.Errorf("the pod's /etc/resolv.conf is\n%s\nwant the loopback nameserver 127.0.0.53", got)
+		}
+		t.Logf("the pod's /etc/resolv.conf: %q", got)
+		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+	})
+	t.Run("with the check the pod gets the real nameserver", func(t *testing.T) {
+		k := c.startRestricted(t, r)
+		line := k.waitLog(30*time.Second, 0, `"Adjusted the node to its container"`, `check="resolv-conf"`)
+		if !strings.Contains(line.text, "only loopback nameservers (127.0.0.53)") {
+			t.Errorf("the adjustment does not say why: %s", line.text)
+		}
+		_, took := k.waitReady(90 * time.Second)
+		if args := strings.Join(cmdline(k.children()["kubelet"]), " "); !strings.Contains(args, "--resolv-conf=/run/systemd/resolve/resolv.conf") {
+			t.Errorf("the kubelet's command line lacks --resolv-conf: %s", args)
+		}
+		got := podResolvConf(t, k)
+		if !strings.Contains(got, "nameserver 192.0.2.53") || strings.Contains(got, "127.0.0.53") {
+			t.Errorf("the pod's /etc/resolv.conf is\n%s\nwant the nameserver 192.0.2.53 alone", got)
+		}
+		t.Logf("Node Ready %v after nodeinit started; the pod's /etc/resolv.conf: %q", took.Round(10*time.Millisecond), got)
+		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+	})
+}
+
+// TestNodeWithLowInotifyLimits: fs.inotify.max_user_instances at 128, the
+// kernel's default, which one node's containers use up. nodeinit warns
+// once with the sysctl to run and the Node is Ready; with
+// --raise-inotify-limits it raises the limits and says so. The test puts
+// both sysctls back.
+func TestNodeWithLowInotifyLimits(t *testing.T) {
+	c := getCluster(t)
+	const instances, watches = "/proc/sys/fs/inotify/max_user_instances", "/proc/sys/fs/inotify/max_user_watches"
+	was := map[string]string{}
+	for _, f := range []string{instances, watches} {
+		b, err := os.ReadFile(f)
+		must(t, err)
+		was[f] = strings.TrimSpace(string(b))
+		was := was[f]
+		t.Cleanup(func() {
+			if err := os.WriteFile(f, []byte(was), 0); err != nil {
+				t.Errorf("put back %s=%s: %v", f, was, err)
+			}
+		})
+	}
+	sysctl := func(f string) string { b, _ := os.ReadFile(f); return strings.TrimSpace(string(b)) }
+	t.Run("a warning and the Node Ready", func(t *testing.T) {
+		must(t, os.WriteFile(instances, []byte("128"), 0))
+		k := c.startRestricted(t, restriction{})
+		_, took := k.waitReady(90 * time.Second)
+		if w := k.lines("fs.inotify.max_user_instances is 128, below the 512", "sysctl -w fs.inotify.max_user_instances=512"); len(w) != 1 {
+			t.Errorf("want one warning with the sysctl to set; log:\n%s", k.log())
+		} else {
+			t.Logf("%s", w[0])
+		}
+		if now := sysctl(instances); now != "128" {
+			t.Errorf("%s is %s without --raise-inotify-limits; want it left at 128", instances, now)
+		}
+		// The static pod runs before the stop: a node stopped while its
+		// container starts leaves a runc init that containerd will not remove.
+		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
+		t.Logf("Node Ready %v after nodeinit started, with max_user_instances=128; static pod Running", took.Round(10*time.Millisecond))
+		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+	})
+	t.Run("with --raise-inotify-limits the limits are raised", func(t *testing.T) {
+		must(t, os.WriteFile(instances, []byte("128"), 0))
+		k := c.startRestricted(t, restriction{}, "--raise-inotify-limits")
+		line := k.waitLog(30*time.Second, 0, `"Adjusted the node to its container"`, `check="inotify"`, "fs.inotify.max_user_instances=512")
+		if now := sysctl(instances); now != "512" {
+			t.Errorf("%s is %s after --raise-inotify-limits; want 512", instances, now)
+		}
+		// max_user_watches is raised too when it was low.
+		if n, _ := strconv.Atoi(was[watches]); n < 524288 && sysctl(watches) != "524288" {
+			t.Errorf("%s is %s after --raise-inotify-limits; want 524288", watches, sysctl(watches))
+		}
+		_, took := k.waitReady(90 * time.Second)
+		t.Logf("%s", line.text[strings.Index(line.text, "change="):])
+		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
+		t.Logf("Node Ready %v after nodeinit started, max_user_instances raised to 512; static pod Running", took.Round(10*time.Millisecond))
+		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+	})
 }
