@@ -493,7 +493,10 @@ func TestNodeWithSwapOn(t *testing.T) {
 	t.Run("with failSwapOn false the Node is Ready", func(t *testing.T) {
 		k := c.startNodeIn(t, fakeSwap, nil)
 		_, took := k.waitReady(90 * time.Second)
-		t.Logf("Node Ready %v after nodeinit started, with swap on and failSwapOn: false", took.Round(10*time.Millisecond))
+		// The static pod runs before the stop: a node stopped while its
+		// container starts can leave a runc init containerd will not delete.
+		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
+		t.Logf("Node Ready %v after nodeinit started, with swap on and failSwapOn: false; static pod Running", took.Round(10*time.Millisecond))
 		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
 	})
 }
