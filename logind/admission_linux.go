@@ -3,6 +3,7 @@ package logind
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -73,6 +74,7 @@ func (b *Bus) AdmitExecutor(pid int) error {
 	} else {
 		b.executor = executor{pid: pid, pidfd: pidfd}
 	}
+	b.knowExecutor()
 	b.mu.Unlock()
 	closeFDs(pidfds)
 	return nil
@@ -93,6 +95,10 @@ func (b *Bus) forgetPidfds() []int {
 	return pidfds
 }
 
+// errNoExecutorYet is admitted's reason while AdmitExecutor has not been
+// called: a connection that comes then waits for it (admitLater).
+const errNoExecutorYet = "the executor has not started"
+
 // admitted decides whether the peer of the connection fd, cred, may use
 // the bus; when not, it says why, for the log.
 func (b *Bus) admitted(fd int, cred unix.Ucred) (bool, string) {
@@ -102,7 +108,7 @@ func (b *Bus) admitted(fd int, cred unix.Ucred) (bool, string) {
 	why := ""
 	switch {
 	case exe == 0:
-		why = "the executor has not started"
+		why = errNoExecutorYet
 	case b.executor.pidfd >= 0 && exited(b.executor.pidfd):
 		why = "the executor has ended"
 	case pid <= 0:
@@ -201,4 +207,56 @@ func (b *Bus) remember(pid, pidfd int) {
 func exited(pidfd int) bool {
 	gone, err := linux.Exited(pidfd)
 	return gone || err != nil
+}
+
+// knowExecutor wakes the connections waiting for the executor to be
+// known. b.mu is held.
+func (b *Bus) knowExecutor() {
+	select {
+	case <-b.executorKnown:
+	default:
+		close(b.executorKnown)
+	}
+}
+
+// maxWaiting bounds the connections that wait for the executor to be
+// known.
+const maxWaiting = maxConns
+
+// admitLater waits, on a goroutine of its own, for AdmitExecutor (at most
+// helloTimeout after the accept) and then admits the connection fd as
+// admit would. The executor runs before nodeinit learns its pid (the fork
+// returns once it has exec'd), so a fast one can connect first: refused
+// then, a kubelet would never try again and the node would not drain. It
+// reports false, leaving fd to the caller, when too many wait already.
+func (b *Bus) admitLater(fd int, accepted time.Time) bool {
+	b.mu.Lock()
+	if b.closed || b.waiting >= maxWaiting {
+		b.mu.Unlock()
+		return false
+	}
+	b.waiting++
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		t := time.NewTimer(max(accepted.Add(b.tun.helloTimeout).Sub(b.tun.now()), 0))
+		defer t.Stop()
+		closing := false
+		select {
+		case <-b.executorKnown:
+		case <-t.C:
+		case <-b.done:
+			closing = true
+		}
+		b.mu.Lock()
+		b.waiting--
+		b.mu.Unlock()
+		if closing {
+			unix.Close(fd)
+			return
+		}
+		b.admitWith(fd, accepted, false)
+	}()
+	return true
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 // refused waits until the bus has refused want connections in all, and
@@ -34,7 +36,9 @@ func refused(t *testing.T, b *Bus, want int) string {
 
 func TestNobodyIsAdmittedBeforeTheExecutorRuns(t *testing.T) {
 	logs := captureLog(t)
-	b, err := listenWith(filepath.Join(t.TempDir(), "bus"), Options{}, defaultTunables())
+	tun := defaultTunables()
+	tun.helloTimeout = 500 * time.Millisecond // how long a connection waits for the executor
+	b, err := listenWith(filepath.Join(t.TempDir(), "bus"), Options{}, tun)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +51,42 @@ func TestNobodyIsAdmittedBeforeTheExecutorRuns(t *testing.T) {
 	logs.waitFor(t, "Refused a D-Bus connection", "the executor has not started")
 	if l := logs.lines("Refused a D-Bus connection", "the executor has not started"); len(l) != 1 {
 		t.Errorf("log: %q", l)
+	}
+}
+
+// The executor runs before nodeinit learns its pid: a connection it makes
+// in that instant waits for AdmitExecutor instead of being refused, which
+// would leave a kubelet without its lock for good.
+func TestAConnectionBeforeTheExecutorIsKnownWaitsForIt(t *testing.T) {
+	b, err := listenWith(filepath.Join(t.TempDir(), "bus"), Options{}, defaultTunables())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	connected := make(chan error, 1)
+	go func() {
+		conn, err := dbus.Connect(b.Address())
+		if err == nil {
+			conn.Close()
+		}
+		connected <- err
+	}()
+	// The connection waits, admitted by nobody yet.
+	testenv.WaitFor(t, 5*time.Second, "the connection to wait for the executor", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.waiting == 1
+	})
+	if err := b.AdmitExecutor(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-connected:
+		if err != nil {
+			t.Errorf("the connection made before the executor was known: %v, want admitted", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting connection was not admitted once the executor was known")
 	}
 }
 

@@ -131,11 +131,15 @@ type Bus struct {
 	wg   sync.WaitGroup // every goroutine of the bus
 	done chan struct{}  // closed by Close
 
-	mu            sync.Mutex
-	closed        bool
-	executor      executor
-	refused       map[int]int // pid -> pidfd of processes refused before
-	refusals      uint64
+	mu       sync.Mutex
+	closed   bool
+	executor executor
+	refused  map[int]int // pid -> pidfd of processes refused before
+	refusals uint64
+	// executorKnown is closed by the first AdmitExecutor (or Close);
+	// waiting counts the connections admitLater holds until then.
+	executorKnown chan struct{}
+	waiting       int
 	conns         map[*conn]struct{}
 	connsOf       map[int32]int // open connections by peer pid
 	connID        uint64
@@ -192,18 +196,19 @@ func listenWith(path string, opts Options, tun tunables) (*Bus, error) {
 
 func newBus(path string, opts Options, tun tunables) *Bus {
 	return &Bus{
-		path:       path,
-		opts:       opts,
-		tun:        tun,
-		log:        newClientLog(tun.logInterval),
-		logind:     newLogindState(opts),
-		guid:       fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
-		done:       make(chan struct{}),
-		executor:   executor{pidfd: -1},
-		refused:    make(map[int]int),
-		conns:      make(map[*conn]struct{}),
-		connsOf:    make(map[int32]int),
-		inhibitors: make(map[*inhibitor]struct{}),
+		path:          path,
+		opts:          opts,
+		tun:           tun,
+		log:           newClientLog(tun.logInterval),
+		logind:        newLogindState(opts),
+		guid:          fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
+		done:          make(chan struct{}),
+		executor:      executor{pidfd: -1},
+		refused:       make(map[int]int),
+		executorKnown: make(chan struct{}),
+		conns:         make(map[*conn]struct{}),
+		connsOf:       make(map[int32]int),
+		inhibitors:    make(map[*inhibitor]struct{}),
 	}
 }
 
@@ -281,8 +286,13 @@ func (b *Bus) accept(backlog *os.File) {
 
 // admit starts serving the connection fd if its peer may use the bus and
 // has a slot left; else it closes fd. Nothing of the peer's is read
-// before. fd is admit's from here on.
-func (b *Bus) admit(fd int) {
+// before. fd is admit's from here on. A connection that comes before the
+// executor is known waits for it (admitLater).
+func (b *Bus) admit(fd int) { b.admitWith(fd, time.Time{}, true) }
+
+// admitWith is admit for a connection accepted at accepted (zero: now),
+// which may wait for the executor, or has waited already.
+func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 	defer func() {
 		if fd >= 0 {
 			unix.Close(fd)
@@ -291,13 +301,19 @@ func (b *Bus) admit(fd int) {
 			b.log.error(fmt.Errorf("panic: %v", p), "Admitting a D-Bus connection failed; closed it", "stack", string(debug.Stack()))
 		}
 	}()
-	accepted := b.tun.now()
+	if accepted.IsZero() {
+		accepted = b.tun.now()
+	}
 	cred, err := linux.PeerCred(fd)
 	if err != nil {
 		b.log.error(err, "Could not tell who opened a D-Bus connection; closed it", "socket", b.path)
 		return
 	}
 	if ok, why := b.admitted(fd, cred); !ok {
+		if why == errNoExecutorYet && mayWait && b.admitLater(fd, accepted) {
+			fd = -1 // admitLater's now
+			return
+		}
 		b.mu.Lock()
 		b.refusals++
 		b.mu.Unlock()

@@ -218,11 +218,12 @@ func (s *Supervisor) begin() {
 		s.reap() // no SIGCHLD comes when nothing was started
 		return
 	}
-	// Now there is someone to pass the rest to.
-	s.sigs.CatchForwarded()
+	// First what waits for the executor's pid (the node's bus admits it),
+	// then, there being someone to pass them to, the other signals.
 	if s.cfg.OnExecutorStarted != nil {
 		s.cfg.OnExecutorStarted(s.executor.pid)
 	}
+	s.sigs.CatchForwarded()
 }
 
 // step waits for one event and handles it.
