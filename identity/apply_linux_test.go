@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 // inPrivateMountNamespace runs fn on an OS thread of its own in a new,
@@ -17,9 +19,7 @@ import (
 // other goroutine runs in that namespace.
 func inPrivateMountNamespace(t *testing.T, fn func() error) error {
 	t.Helper()
-	if os.Geteuid() != 0 && os.Getenv("CI") == "" {
-		t.Skip("mounting needs root")
-	}
+	testenv.RequireRoot(t) // mounting needs root
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
