@@ -452,9 +452,7 @@ func TestNodeWithoutDevKmsg(t *testing.T) {
 			t.Errorf("want one warning that the kernel's OOM events are not seen; log:\n%s", k.log())
 		}
 		_, took := k.waitReady(90 * time.Second)
-		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
-		t.Logf("Node Ready %v after nodeinit started, with /dev/null as /dev/kmsg; static pod Running", took.Round(10*time.Millisecond))
-		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+		k.staticPodThenStop(took, "with /dev/null as /dev/kmsg")
 	})
 }
 
@@ -495,9 +493,7 @@ func TestNodeWithSwapOn(t *testing.T) {
 		_, took := k.waitReady(90 * time.Second)
 		// The static pod runs before the stop: a node stopped while its
 		// container starts can leave a runc init containerd will not delete.
-		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
-		t.Logf("Node Ready %v after nodeinit started, with swap on and failSwapOn: false; static pod Running", took.Round(10*time.Millisecond))
-		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+		k.staticPodThenStop(took, "with swap on and failSwapOn: false")
 	})
 }
 
@@ -780,9 +776,7 @@ func TestNodeWithReadOnlyCgroupfs(t *testing.T) {
 			t.Errorf("%d lines for the remounts of %d read-only cgroup mounts:\n%s", len(a), len(mounts), strings.Join(a, "\n"))
 		}
 		_, took := k.waitReady(90 * time.Second)
-		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
-		t.Logf("Node Ready %v after nodeinit started, its %d cgroup mounts remounted read-write; static pod Running", took.Round(10*time.Millisecond), len(mounts))
-		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+		k.staticPodThenStop(took, fmt.Sprintf("its %d cgroup mounts remounted read-write", len(mounts)))
 	})
 }
 
@@ -885,9 +879,7 @@ func TestNodeWithLowInotifyLimits(t *testing.T) {
 		}
 		// The static pod runs before the stop: a node stopped while its
 		// container starts leaves a runc init that containerd will not remove.
-		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
-		t.Logf("Node Ready %v after nodeinit started, with max_user_instances=128; static pod Running", took.Round(10*time.Millisecond))
-		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+		k.staticPodThenStop(took, "with max_user_instances=128")
 	})
 	t.Run("with --raise-inotify-limits the limits are raised", func(t *testing.T) {
 		must(t, os.WriteFile(instances, []byte("128"), 0))
@@ -902,8 +894,17 @@ func TestNodeWithLowInotifyLimits(t *testing.T) {
 		}
 		_, took := k.waitReady(90 * time.Second)
 		t.Logf("%s", line.text[strings.Index(line.text, "change="):])
-		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
-		t.Logf("Node Ready %v after nodeinit started, max_user_instances raised to 512; static pod Running", took.Round(10*time.Millisecond))
-		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+		k.staticPodThenStop(took, "max_user_instances raised to 512")
 	})
+}
+
+// staticPodThenStop waits for the node's static pod to run — a node stopped
+// while its container starts can leave a runc init that containerd will not
+// delete — logs how long the Node took to be Ready (took) and with what,
+// then stops the node and checks the stop.
+func (k *kubeNode) staticPodThenStop(took time.Duration, with string) {
+	k.t.Helper()
+	k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
+	k.t.Logf("Node Ready %v after nodeinit started, %s; static pod Running", took.Round(10*time.Millisecond), with)
+	k.t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
 }
