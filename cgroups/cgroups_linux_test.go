@@ -434,36 +434,42 @@ func TestSetupJoinsWhereTheCgroupExists(t *testing.T) {
 
 // A Docker containerizer task lives in the cgroup its engine made: nodeinit
 // stays there, even where a /mesos/<id> exists, and the kubelet can take
-// that cgroup as its root.
+// that cgroup as its root. The engine's cgroup is /docker/<container> with
+// its cgroupfs driver (as a real Docker engine makes it, in every
+// hierarchy: test/k8s runs one) and system.slice/docker-<container>.scope
+// with its systemd driver, which these cases make for real.
 func TestSetupOfADockerContainerizerTaskStays(t *testing.T) {
 	testenv.RequireRoot(t)
 	l := liveLayout(t)
 	id := randomID(t)
-	engine := "/docker-" + id
-	var dirs []string
-	for _, h := range l.Hierarchies {
-		dirs = append(dirs, makeCgroup(t, h, engine))
-		makeCgroup(t, h, "/mesos/"+id)
-	}
-	for _, name := range []string{"mesos-" + id, "mesos-S0.agent." + id + ".executor"} {
-		r, log := runHelperIn(t, dirs, "setup", []string{EnvMesosContainerName + "=" + name,
-			EnvMesosDirectory + "=/var/lib/mesos/slaves/S0/frameworks/F/executors/E/runs/" + id, EnvMesosSandbox + "=/mnt/mesos/sandbox",
-			envForKubelet + "=true", envRequire + "=true"})
-		if r.Err != "" {
-			t.Fatalf("%s: Setup: %s\nlog:\n%s", name, r.Err, log)
-		}
-		own := cgroupLines(r.Cgroup)
-		for _, h := range l.Hierarchies {
-			if got, _ := controllerLine(own, h); got != engine {
-				t.Errorf("%s: hierarchy %s: helper in %q, want it left in %s", name, h.Name(), got, engine)
+	for _, engine := range []string{"/docker/" + id + "-engine", "/system.slice/docker-" + id + "-engine.scope"} {
+		t.Run(strings.Split(engine, "/")[1], func(t *testing.T) {
+			var dirs []string
+			for _, h := range l.Hierarchies {
+				dirs = append(dirs, makeCgroup(t, h, engine))
+				makeCgroup(t, h, "/mesos/"+id)
 			}
-		}
-		if r.Result.ContainerID != id || r.Result.Cgroup != "" || len(r.Result.Joined) != 0 || r.Result.KubeletRoot != engine {
-			t.Errorf("%s: result %+v, want id %s, nothing joined, kubelet root %s", name, r.Result, id, engine)
-		}
-		if !strings.Contains(log, "a Docker containerizer task, whose cgroup is its engine's: staying in") {
-			t.Errorf("%s: log does not say it stays:\n%s", name, log)
-		}
+			for _, name := range []string{"mesos-" + id, "mesos-S0.agent." + id + ".executor"} {
+				r, log := runHelperIn(t, dirs, "setup", []string{EnvMesosContainerName + "=" + name,
+					EnvMesosDirectory + "=/var/lib/mesos/slaves/S0/frameworks/F/executors/E/runs/" + id, EnvMesosSandbox + "=/mnt/mesos/sandbox",
+					envForKubelet + "=true", envRequire + "=true"})
+				if r.Err != "" {
+					t.Fatalf("%s: Setup: %s\nlog:\n%s", name, r.Err, log)
+				}
+				own := cgroupLines(r.Cgroup)
+				for _, h := range l.Hierarchies {
+					if got, _ := controllerLine(own, h); got != engine {
+						t.Errorf("%s: hierarchy %s: helper in %q, want it left in %s", name, h.Name(), got, engine)
+					}
+				}
+				if r.Result.ContainerID != id || r.Result.Cgroup != "" || len(r.Result.Joined) != 0 || r.Result.KubeletRoot != engine {
+					t.Errorf("%s: result %+v, want id %s, nothing joined, kubelet root %s", name, r.Result, id, engine)
+				}
+				if !strings.Contains(log, "a Docker containerizer task, whose cgroup is its engine's: staying in") {
+					t.Errorf("%s: log does not say it stays:\n%s", name, log)
+				}
+			}
+		})
 	}
 	// Without a cgroup root to hand over, where the task is needs no check.
 	r, log := runHelper(t, "setup", []string{EnvMesosContainerName + "=mesos-" + id, envRequire + "=true"})
