@@ -81,9 +81,8 @@ func (c *cluster) buildSystemdNodeImage(t *testing.T) {
 		root := testenv.ModuleRoot(t)
 		context := filepath.Join(t.TempDir(), "context")
 		files := map[string]string{
-			filepath.Join(c.bin, "kubelet"):               "bin/kubelet",
-			filepath.Join(c.bin, "kube-proxy"):            "bin/kube-proxy",
-			filepath.Join(root, "images/node/machine-id"): "images/node/machine-id",
+			filepath.Join(c.bin, "kubelet"):    "bin/kubelet",
+			filepath.Join(c.bin, "kube-proxy"): "bin/kube-proxy",
 		}
 		for _, f := range []string{"kubelet.service", "10-kubeadm.conf", "kubelet.slice", "kube-proxy.service"} {
 			files[filepath.Join(root, "images/systemd-node", f)] = "images/systemd-node/" + f
@@ -147,6 +146,7 @@ func (c *cluster) benchContainers(t *testing.T, w io.Writer, rounds int) {
 	c.buildNodeImage(t)
 	c.buildSystemdNodeImage(t)
 	flags := c.imageFlags(t)
+	t.Logf("systemd's node runs with %q", systemdCgroupArgs())
 	t.Logf("nodeinit's node image runs %q and %q", flags.kubelet, flags.proxy)
 	runs := map[string][]containerRun{}
 	began := time.Now()
@@ -168,7 +168,8 @@ func (c *cluster) benchContainers(t *testing.T, w io.Writer, rounds int) {
 	for image, who := range map[string]string{nodeImage: nodeinitNode, systemdNodeImage: systemdNode} {
 		sizes[who] = c.imageSizeOverBinaries(t, image)
 	}
-	writeContainers(w, runs, sizes, rounds, time.Since(began))
+	base := c.imageSize(t, nodeBaseImage)
+	writeContainers(w, runs, sizes, base, rounds, time.Since(began))
 }
 
 // imageFlags asks nodeinit's node image, run as the bench runs it, for
@@ -214,30 +215,79 @@ func (c *cluster) imageFlags(t *testing.T) nodeFlags {
 }
 
 // benchPodmanArgs are podman's options for a node container of the bench
-// whose files are in dir. Both kinds run privileged on the host's network,
-// with /var/lib/kubelet shared with the host (rshared) and what the host's
-// containerd needs (as runNodeImage says), and with the host's cgroup
-// namespace and /sys/fs/cgroup: the kubelet must see the cgroup paths the
-// host's containerd makes the pods in.
+// whose files are in dir. Both kinds run privileged on the host's network
+// and cgroup namespace, with /var/lib/kubelet shared with the host
+// (rshared) and what the host's containerd needs (as runNodeImage says):
+// the kubelet must see the cgroup paths the host's containerd makes the
+// pods in (kind's nodes have their containerd inside, and a private cgroup
+// namespace).
 //
-// The systemd node has what kind gives its nodes: tmpfs /run and /tmp,
-// container=podman; not kind's --cgroupns=private. On this host (cgroup v1
-// with the name=systemd hierarchy and no systemd), podman 4.3 mounts a
-// systemd container's name=systemd hierarchy at its root, not at the
-// container's cgroup: in a private cgroup namespace systemd made its
-// init.scope, system.slice and kubelet.slice at the host's root of that
-// hierarchy. In the host's cgroup namespace, with /sys/fs/cgroup the
-// host's, it finds its own cgroup in every hierarchy (runc puts it into
-// name=systemd too) and stays below it.
+// nodeinit's node has the host's /sys/fs/cgroup, as its README runs it.
+// The systemd node has what kind gives its nodes (tmpfs /run and /tmp,
+// container=podman) and what systemd needs on a cgroup v1 host that is not
+// systemd's (systemdCgroupArgs).
 func (c *cluster) benchPodmanArgs(dir, who string) []string {
 	cd := c.containerd.dir
 	args := []string{"--name", benchContainerName, "--privileged", "--network=host", "--cgroupns=host",
-		"-v", "/sys/fs/cgroup:/sys/fs/cgroup",
 		"-v", "/var/lib/kubelet:/var/lib/kubelet:rshared", "-v", dir + ":/etc/kubernetes:ro",
 		"-v", "/var/log/pods:/var/log/pods", "-v", cd + ":" + cd, "-v", cd + "/root:" + cd + "/root:ro"}
-	if who == systemdNode {
-		args = append(args, "--tmpfs", "/tmp", "--tmpfs", "/run", "-e", "container=podman",
-			"-v", filepath.Join(dir, "kube-proxy.env")+":/etc/default/kube-proxy:ro")
+	if who != systemdNode {
+		return append(args, "-v", "/sys/fs/cgroup:/sys/fs/cgroup")
+	}
+	args = append(args, "--tmpfs", "/tmp", "--tmpfs", "/run", "-e", "container=podman",
+		"-v", filepath.Join(dir, "kube-proxy.env")+":/etc/default/kube-proxy:ro")
+	return append(args, systemdCgroupArgs()...)
+}
+
+// systemdCgroupArgs keep systemd, as PID 1 of a privileged container, off
+// the host's cgroup hierarchies. What it does on this host (cgroup v1 with
+// name=systemd and cgroup2 at unified, no systemd; podman 4.3, runc),
+// seen there:
+//   - in a private cgroup namespace (kind's --cgroupns=private), podman
+//     mounts the name=systemd hierarchy at its root, not at the
+//     container's cgroup, and systemd made its init.scope, system.slice
+//     and kubelet.slice at the root of the host's hierarchy;
+//   - given the host's /sys/fs/cgroup (-v), systemd remounted that tmpfs
+//     read-only, for the host too (a remount changes the one superblock),
+//     and made directories in it;
+//   - it mounts every v1 controller the kernel has where it is not
+//     mounted (here perf_event, net_cls,net_prio and hugetlb; it tries
+//     cpu,cpuacct too, which the host mounts apart): that creates the
+//     hierarchies for the whole machine, and what ran meanwhile made
+//     cgroups in them (/kubepods) that kept them alive after the node.
+//
+// So: the host's cgroup namespace (systemd finds its own cgroup in every
+// hierarchy, runc put it there, and stays below it), podman's own
+// /sys/fs/cgroup (no -v), and an empty tmpfs where systemd would mount a
+// controller the host has not mounted: it takes that for mounted.
+func systemdCgroupArgs() []string {
+	mounted := map[string]bool{}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], "/sys/fs/cgroup/") {
+				mounted[strings.TrimPrefix(f[4], "/sys/fs/cgroup/")] = true
+			}
+		}
+	}
+	// systemd mounts cpu with cpuacct and net_cls with net_prio.
+	joined := map[string]string{"cpu": "cpu,cpuacct", "cpuacct": "cpu,cpuacct", "net_cls": "net_cls,net_prio", "net_prio": "net_cls,net_prio"}
+	var args []string
+	seen := map[string]bool{}
+	if b, err := os.ReadFile("/proc/cgroups"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Fields(l)
+			if len(f) != 4 || strings.HasPrefix(f[0], "#") || f[3] != "1" {
+				continue
+			}
+			where := f[0]
+			if j, ok := joined[where]; ok {
+				where = j
+			}
+			if !mounted[where] && !seen[where] {
+				seen[where] = true
+				args = append(args, "--tmpfs", "/sys/fs/cgroup/"+where)
+			}
+		}
 	}
 	return args
 }
@@ -363,7 +413,8 @@ func (c *cluster) benchContainerNode(t *testing.T, who string, flags nodeFlags) 
 		}
 		r.pss += p.pss
 		r.cpu += cpu
-		names = append(names, fmt.Sprintf("%s %.1f MB %v", p.name, float64(p.pss)/1e6, cpu.Round(time.Microsecond)))
+		names = append(names, fmt.Sprintf("%s %.1f MB (RssAnon %.1f, RssFile %.1f) %v CPU", p.name,
+			float64(p.pss)/1e6, float64(p.anon)/1e6, float64(p.file)/1e6, cpu.Round(time.Microsecond)))
 	}
 	slices.Sort(names)
 	r.supervisors = strings.Join(names, ", ")
@@ -422,8 +473,10 @@ type containerProcess struct {
 	pid  int
 	name string // the executable's base name
 	pss  int64  // bytes
-	cpu  time.Duration
-	work bool // the kubelet, kube-proxy, or started by them
+	// anon and file are its resident anonymous and file pages, bytes.
+	anon, file int64
+	cpu        time.Duration
+	work       bool // the kubelet, kube-proxy, or started by them
 }
 
 // containerProcesses are the processes in the pid namespace of the
@@ -452,6 +505,7 @@ func containerProcesses(t *testing.T, pid1 int) map[int]containerProcess {
 		p := containerProcess{pid: pid, name: filepath.Base(strings.TrimSuffix(exe, " (deleted)"))}
 		parent[pid] = statPPID(pid)
 		p.pss = smapsPss(pid)
+		p.anon, p.file = statusRss(pid)
 		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		for _, task := range tasks {
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, task.Name()))
@@ -513,6 +567,28 @@ func smapsPss(pid int) int64 {
 	return 0
 }
 
+// statusRss is a process's RssAnon and RssFile in bytes.
+func statusRss(pid int) (anon, file int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "RssAnon:":
+			anon = kb * 1024
+		case "RssFile:":
+			file = kb * 1024
+		}
+	}
+	return anon, file
+}
+
 // watchEnds polls the processes every millisecond, from the host, and
 // returns a function that stops the polling and returns when each was
 // seen gone or a zombie (the zero time: never).
@@ -557,10 +633,7 @@ func watchEnds(pids ...int) func() []time.Time {
 // kube-proxy, which both images have the same.
 func (c *cluster) imageSizeOverBinaries(t *testing.T, image string) int64 {
 	t.Helper()
-	out, err := c.podman.run(30*time.Second, "image", "inspect", "--format", "{{.Size}}", image)
-	must(t, err)
-	size, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
-	must(t, err)
+	size := c.imageSize(t, image)
 	for _, b := range []string{"kubelet", "kube-proxy"} {
 		fi, err := os.Stat(filepath.Join(c.bin, b))
 		must(t, err)
@@ -569,9 +642,19 @@ func (c *cluster) imageSizeOverBinaries(t *testing.T, image string) int64 {
 	return size
 }
 
+// imageSize is an image's size in bytes, as podman reports it.
+func (c *cluster) imageSize(t *testing.T, image string) int64 {
+	t.Helper()
+	out, err := c.podman.run(30*time.Second, "image", "inspect", "--format", "{{.Size}}", image)
+	must(t, err)
+	size, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	must(t, err)
+	return size
+}
+
 // writeContainers prints the comparison's table, the ratios and the
 // verdicts against the targets.
-func writeContainers(w io.Writer, runs map[string][]containerRun, sizes map[string]int64, rounds int, took time.Duration) {
+func writeContainers(w io.Writer, runs map[string][]containerRun, sizes map[string]int64, base int64, rounds int, took time.Duration) {
 	fmt.Fprintf(w, "\nNode containers in podman: nodeinit's node image (with and without --graceful-node-shutdown) and a systemd node image (kind's way), the same kubelet, kube-proxy, configuration and containerd; %d rounds of each, alternated; took %s.\n\n",
 		rounds, took.Round(time.Second))
 	durations := func(who string, of func(containerRun) time.Duration) []time.Duration {
@@ -641,6 +724,12 @@ func writeContainers(w io.Writer, runs map[string][]containerRun, sizes map[stri
 		}
 		return fmt.Sprintf("%.1f MB", float64(sizes[who])/1e6)
 	})
+	row("of which over the node image's Debian base", func(who string) string {
+		if who == drainingNode {
+			who = nodeinitNode
+		}
+		return fmt.Sprintf("%.1f MB", float64(sizes[who]-base)/1e6)
+	})
 	fmt.Fprintln(w)
 	for _, who := range containerNodes {
 		fmt.Fprintf(w, "Supervision of %s, last round: %s.\n", who, runs[who][len(runs[who])-1].supervisors)
@@ -675,6 +764,12 @@ func writeContainers(w io.Writer, runs map[string][]containerRun, sizes map[stri
 		{fmt.Sprintf("supervision idle CPU ≤ %.1f ×", supervisionTarget), cpu, supervisionTarget},
 	} {
 		a, b := ratio(nodeinitNode, m.of), ratio(drainingNode, m.of)
+		if median(systemdNode, m.of) == 0 {
+			// systemd's processes did not run at all in the window: no
+			// ratio, and no cost of nodeinit's that meets the target.
+			fmt.Fprintf(w, "| %s | – (systemd's is 0) | – | %s |\n", m.what, verdict(false))
+			continue
+		}
 		fmt.Fprintf(w, "| %s | %.2f × | %.2f × | %s |\n", m.what, a, b, verdict(a <= m.limit && b <= m.limit))
 	}
 	// The stop target holds for the node that drains, where systemd's
