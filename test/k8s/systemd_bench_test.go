@@ -419,6 +419,13 @@ func (c *cluster) benchContainerNode(t *testing.T, who string, flags nodeFlags) 
 	slices.Sort(names)
 	r.supervisors = strings.Join(names, ", ")
 
+	if who == systemdNode {
+		// Whether the kubelet took logind's delay lock, as it does on a
+		// machine: the halt that SIGRTMIN+3 starts does not go through
+		// logind.
+		locks, err := c.podman.run(30*time.Second, "exec", benchContainerName, "systemd-inhibit", "--list", "--no-pager")
+		t.Logf("logind's inhibitors in systemd's node (%v):\n%s", err, locks)
+	}
 	var kubelet, proxy int
 	for _, p := range after {
 		switch p.name {
