@@ -6,6 +6,10 @@
 # under a shell script, about 5 s for the two; their times vary by tens of
 # per cent from node to node, so it takes many to tell 5 %.
 K8S_BENCH_ROUNDS ?= 20
+# Rounds of the node containers' comparison (issue 24): each is systemd's
+# node image, nodeinit's, and nodeinit's with --graceful-node-shutdown, in
+# podman, about 80 s each (a minute of it idle, for the CPU); 0 leaves it out.
+K8S_BENCH_CONTAINER_ROUNDS ?= 3
 
 .PHONY: bench bench-short bench-k8s bench-k8s-if-built
 
@@ -16,7 +20,7 @@ bench: build ## nodeinit against the Go floor and tini, dumb-init, catatonit; it
 bench-short: build ## the benchmark harness in its short CI mode (no real node)
 	$(GO) run ./test/bench -nodeinit $(BIN)/nodeinit -short
 
-bench-k8s: build ## the real-node workload alone: nodeinit against a shell script with the real kubelet and kube-proxy (root; builds them first if need be)
+bench-k8s: build ## the real-node workload alone: nodeinit against a shell script, and nodeinit's node image against a systemd node image, with the real kubelet and kube-proxy (root; builds them first if need be)
 	@bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && $(call k8s-bench,$$bin)
 
 # make bench runs the real-node workload only when the binaries are in the
@@ -30,6 +34,7 @@ bench-k8s-if-built:
 # say on a host it found changed after a node: the times were taken).
 k8s-bench = out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
 	NODEINIT_K8S_BIN=$(1) NODEINIT_K8S_BENCH_ROUNDS=$(K8S_BENCH_ROUNDS) NODEINIT_K8S_BENCH_OUT=$$out \
+	NODEINIT_K8S_BENCH_CONTAINER_ROUNDS=$(K8S_BENCH_CONTAINER_ROUNDS) \
 	NODEINIT_BENCH_NODEINIT=$(CURDIR)/$(BIN)/nodeinit \
 	$(GO) test -tags k8s -count=1 -v -timeout $(E2E_K8S_TIMEOUT) -run '^TestRealNodeBench$$' ./test/k8s >&2; \
 	rc=$$?; echo; cat "$$out"; exit $$rc

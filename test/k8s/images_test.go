@@ -173,8 +173,15 @@ var nodeBasePackages = []string{"iptables", "nftables", "mount", "util-linux", "
 // list, so that a machine makes it once.
 func nodeBase(t *testing.T, cacheDir string) string {
 	t.Helper()
+	return debianRoot(t, cacheDir, nodeBasePackages)
+}
+
+// debianRoot is a Debian bookworm minbase root with packages, made by
+// mmdebstrap once per machine and package list and cached in cacheDir.
+func debianRoot(t *testing.T, cacheDir string, packages []string) string {
+	t.Helper()
 	testenv.RequireTool(t, "mmdebstrap")
-	sum := sha256.Sum256([]byte("bookworm minbase " + strings.Join(nodeBasePackages, ",")))
+	sum := sha256.Sum256([]byte("bookworm minbase " + strings.Join(packages, ",")))
 	tarball := filepath.Join(cacheDir, "node-base-bookworm-"+hex.EncodeToString(sum[:6])+".tar")
 	if _, err := os.Stat(tarball); err == nil {
 		return tarball
@@ -182,14 +189,14 @@ func nodeBase(t *testing.T, cacheDir string) string {
 	start := time.Now()
 	tmp := tarball + ".partial"
 	if _, err := run(10*time.Minute, "mmdebstrap", "--quiet", "--variant=minbase", "--format=tar",
-		"--include="+strings.Join(nodeBasePackages, ","), "bookworm", tmp); err != nil {
+		"--include="+strings.Join(packages, ","), "bookworm", tmp); err != nil {
 		os.RemoveAll(tmp)
-		t.Fatalf("make the node image's base: %v", err)
+		t.Fatalf("make a node image's base: %v", err)
 	}
 	if err := os.Rename(tmp, tarball); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("node base made with mmdebstrap in %v: %s", time.Since(start).Round(time.Second), tarball)
+	t.Logf("node base (%s) made with mmdebstrap in %v: %s", strings.Join(packages, " "), time.Since(start).Round(time.Second), tarball)
 	return tarball
 }
 
