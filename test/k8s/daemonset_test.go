@@ -559,6 +559,7 @@ type monitor struct {
 	// identities are the Node's machineID, systemUUID and bootID as
 	// reported, each once.
 	identities []string
+	leaseLog   []string
 	stopped    bool
 }
 
@@ -614,10 +615,10 @@ func (m *monitor) request(ctx context.Context, ip string) {
 				defer inflight.Done()
 				resp, err := client.Get("http://" + ip + "/")
 				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
+					body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
 					resp.Body.Close()
 					if resp.StatusCode != http.StatusOK {
-						err = fmt.Errorf("%s", resp.Status)
+						err = fmt.Errorf("%s: %q", resp.Status, body)
 					}
 				}
 				m.mu.Lock()
@@ -625,6 +626,10 @@ func (m *monitor) request(ctx context.Context, ip string) {
 				m.requests++
 				if err != nil {
 					m.failures = append(m.failures, at.Format("15:04:05.000")+" "+err.Error())
+					if len(m.failures) == 1 {
+						// What the pods serve and have, while it fails.
+						go m.h.diagnoseWeb()
+					}
 				}
 			}()
 		}
@@ -676,8 +681,12 @@ func (m *monitor) watchLease(ctx context.Context) {
 			// The kubelet's own clock, which is the host's.
 			renewed, err := time.Parse(time.RFC3339Nano, ls[0].Spec.RenewTime)
 			m.mu.Lock()
-			if last != "" && err == nil {
+			// A lease made after the watch began is a heartbeat too: a
+			// kubelet that finds none creates it, and renews it only a
+			// renew interval later.
+			if err == nil && (last != "" || renewed.After(m.begun)) {
 				m.renewals = append(m.renewals, renewed)
+				m.leaseLog = append(m.leaseLog, fmt.Sprintf("  renewTime %s seen %s", renewed.Format("15:04:05.000000"), time.Now().Format("15:04:05.000")))
 			}
 			m.mu.Unlock()
 			last = ls[0].Spec.RenewTime
@@ -892,6 +901,9 @@ func (m *monitor) report(t *testing.T) {
 	}
 	if len(m.failures) > 0 {
 		t.Errorf("%d of %d requests to the Service failed", len(m.failures), m.requests)
+		m.mu.Unlock()
+		m.h.diagnoseWeb()
+		m.mu.Lock()
 	}
 	var notReady time.Duration
 	for i, r := range m.ready {
@@ -917,6 +929,7 @@ func (m *monitor) report(t *testing.T) {
 		lines = append(lines, fmt.Sprintf("  %s %v", hd.at.Format("15:04:05.000"), hd.to))
 	}
 	t.Logf("the lock's holders:\n%s", strings.Join(lines, "\n"))
+	t.Logf("the Node's lease renewals:\n%s", strings.Join(m.leaseLog, "\n"))
 }
 
 // checkOldPods checks the logs of the DaemonSet's pods: each pod's nodeinit
@@ -958,6 +971,43 @@ func (h *hostNode) checkOldPods(m *monitor) {
 			h.t.Errorf("%s: nodeinit took %v after TERM; the pod's grace period is 60s", f, all-term)
 		}
 	}
+}
+
+// diagnoseWeb logs what each web pod serves, asked directly, and what its
+// container has in /www, for a failed request.
+func (h *hostNode) diagnoseWeb() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var list struct{ Items []pod }
+	if err := h.c.api.get(ctx, "/api/v1/namespaces/default/pods?labelSelector=app%3Dweb", &list); err != nil {
+		h.t.Log(err)
+		return
+	}
+	client := &http.Client{Timeout: time.Second}
+	for _, p := range list.Items {
+		msg := ""
+		if resp, err := client.Get("http://" + p.Status.PodIP + ":8080/"); err != nil {
+			msg = err.Error()
+		} else {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 100))
+			resp.Body.Close()
+			msg = fmt.Sprintf("%s %q", resp.Status, b)
+		}
+		ls := ""
+		for _, s := range p.Status.ContainerStatuses {
+			out, err := h.c.containerd.cri("exec", strings.TrimPrefix(s.ContainerID, "containerd://"), "ls", "-la", "/", "/www")
+			ls = fmt.Sprintf("%s %v", out, err)
+		}
+		h.t.Logf("web pod %s (%s) answers %s; its container's / and /www:\n%s", p.Metadata.Name, p.Status.PodIP, msg, ls)
+	}
+	rules, _ := run(10*time.Second, "iptables-save", "-t", "nat")
+	var web []string
+	for l := range strings.SplitSeq(rules, "\n") {
+		if strings.Contains(l, "default/web") {
+			web = append(web, l)
+		}
+	}
+	h.t.Logf("the Service's rules:\n%s", strings.Join(web, "\n"))
 }
 
 // checkNodeIdentity checks that the Node kept one identity through the
