@@ -39,6 +39,11 @@ const (
 	// kubeletRestartDelay is how long the test's loop waits before it
 	// restarts the node's own kubelet, as systemd's Restart= would.
 	kubeletRestartDelay = time.Second
+	// holdFor is how long each kubelet keeps the node before the next step:
+	// a node lease renew interval, over which the new kubelet has synced
+	// every pod it found (at its start) and renewed its heartbeat, so that
+	// a container it were to restart would be restarted by then.
+	holdFor = 10 * time.Second
 )
 
 // TestDaemonSetTakesOverTheNodeAndHandsItBack runs the self-hosted handover
@@ -402,14 +407,15 @@ func (h *hostNode) waitNoDaemonSetPods(timeout time.Duration) {
 }
 
 // waitHandover waits until the lock is held by the kubelet want describes,
-// that kubelet has renewed the Node's lease, and (for a pod's kubelet) its
-// pod is Running and Ready; then it logs the lock's hands since start.
+// that kubelet has renewed the Node's lease, (for a pod's kubelet) its pod
+// is Running and Ready, and it has held the node for holdFor; then it logs
+// the lock's hands since start.
 func (h *hostNode) waitHandover(m *monitor, who string, start time.Time, want func(holder) bool, timeout time.Duration) {
 	h.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		hd, since := m.holder()
-		if want(hd) && m.leaseRenewedAfter(since) && (hd.host || h.podReady(hd.pod)) {
+		if want(hd) && m.leaseRenewedAfter(since) && (hd.host || h.podReady(hd.pod)) && time.Since(since) >= holdFor {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -627,8 +633,14 @@ func (m *monitor) request(ctx context.Context, ip string) {
 				if err != nil {
 					m.failures = append(m.failures, at.Format("15:04:05.000")+" "+err.Error())
 					if len(m.failures) == 1 {
-						// What the pods serve and have, while it fails.
-						go m.h.diagnoseWeb()
+						// What the pods serve and have, while it fails;
+						// stop waits for it, so that it logs within the
+						// test. (This request's goroutine holds wg.)
+						m.wg.Add(1)
+						go func() {
+							defer m.wg.Done()
+							m.h.diagnoseWeb()
+						}()
 					}
 				}
 			}()
