@@ -76,6 +76,7 @@ func TestDaemonSetTakesOverTheNodeAndHandsItBack(t *testing.T) {
 	k.waitRules("iptables", ip, web, 30*time.Second)
 	k.checkService(ip, web, 30*time.Second)
 	before := k.workloadContainers()
+	h.waitLease(30 * time.Second)
 
 	m := h.monitor(ip)
 	defer m.stop()
@@ -383,6 +384,18 @@ func (h *hostNode) deleteDaemonSet() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	must(h.t, h.c.api.do(ctx, http.MethodDelete, daemonSets+"/nodeinit-node", []byte(`{"propagationPolicy":"Background"}`), nil))
+}
+
+// waitLease waits for the Node's lease, as a node that has run for a while
+// has it: the node's kubelet makes it on its first renewal after the Node
+// is registered, up to a renew interval after its start.
+func (h *hostNode) waitLease(timeout time.Duration) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := h.c.waitObject(ctx, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", nodeName); err != nil {
+		h.t.Fatalf("the node's kubelet made no lease: %v", err)
+	}
 }
 
 // daemonSetPods lists the DaemonSet's pods.
