@@ -89,6 +89,10 @@ func TestDaemonSetTakesOverTheNodeAndHandsItBack(t *testing.T) {
 	taken, _ := m.holder()
 	first := taken.pod
 	h.checkWorkload(before, "after the DaemonSet took the node")
+	h.checkPodMounts()
+	if hd, _ := m.holder(); hd.pod != first {
+		t.Fatalf("the lock moved to %v while the DaemonSet pod's kubelet ran a pod", hd)
+	}
 
 	// 2. A rollout to a new image tag: the old pod ends on TERM, the node's
 	// own kubelet takes the lock it leaves and starts the new pod, whose
@@ -384,6 +388,49 @@ func (h *hostNode) deleteDaemonSet() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	must(h.t, h.c.api.do(ctx, http.MethodDelete, daemonSets+"/nodeinit-node", []byte(`{"propagationPolicy":"Background"}`), nil))
+}
+
+// tokenPod needs its service-account token to be Ready: the tmpfs the
+// pod's kubelet mounts below /var/lib/kubelet must reach containerd on the
+// host (Bidirectional), or the container sees an empty directory.
+const tokenPod = `apiVersion: v1
+kind: Pod
+metadata: {name: token-reader, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: ` + busyboxImage + `
+    imagePullPolicy: Never
+    command: [sh, -c, 'test -s /var/run/secrets/kubernetes.io/serviceaccount/token && exec sleep 1000000']
+    readinessProbe:
+      exec: {command: [test, -s, /var/run/secrets/kubernetes.io/serviceaccount/token]}
+      periodSeconds: 1
+`
+
+// checkPodMounts has the pod's kubelet start a pod that needs its token
+// volume, then removes it: the DaemonSet pod's kubelet mounts volumes the
+// host's containerd sees.
+func (h *hostNode) checkPodMounts() {
+	h.t.Helper()
+	start := time.Now()
+	h.k.create("/api/v1/namespaces/default/pods", "token-reader", tokenPod)
+	h.k.waitPods("metadata.name=token-reader", 1, time.Minute)
+	h.t.Logf("a pod the DaemonSet pod's kubelet started with its token volume is Ready after %v", time.Since(start).Round(10*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	must(h.t, h.c.api.do(ctx, http.MethodDelete, "/api/v1/namespaces/default/pods/token-reader", []byte(`{"gracePeriodSeconds":1}`), nil))
+	for {
+		var p pod
+		err := h.c.api.get(ctx, "/api/v1/namespaces/default/pods/token-reader", &p)
+		if isNotFound(err) {
+			return
+		}
+		if ctx.Err() != nil {
+			h.t.Fatalf("the token-reader pod was not removed: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // waitLease waits for the Node's lease, as a node that has run for a while
