@@ -530,6 +530,14 @@ func (h *hostNode) checkPodNode(hd holder) {
 		}
 	}
 	h.t.Logf("the pod's kubelet (pid %d, nodeinit pid %d, kube-proxy pid %d): %s", hd.pid, st.Ppid, tasks["kube-proxy"], strings.Join(argv, " "))
+	// The pod's kube-proxy answers its healthz once it has programmed the
+	// rules (the node's own kube-proxy serves 10256).
+	start := time.Now()
+	if err := waitHTTP(&http.Client{Timeout: time.Second}, "http://127.0.0.1:10266/healthz", nil, 30*time.Second); err != nil {
+		h.t.Errorf("the DaemonSet pod's kube-proxy: %v", err)
+	} else {
+		h.t.Logf("the DaemonSet pod's kube-proxy is healthy (it has synced its rules), seen %v after the check began", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // podReady says whether the pod with uid is Running and Ready.
