@@ -132,6 +132,7 @@ func TestDaemonSet(t *testing.T) {
 		"/dev":             {},
 		"/run":             {propagation: corev1.MountPropagationHostToContainer}, // the CRI socket, the lock file
 		"/lib/modules":     {readOnly: true},
+		"/etc/machine-id":  {readOnly: true}, // the host's: the node is the host
 	} {
 		m, ok := mounts[path]
 		if !ok {

@@ -75,6 +75,8 @@ func (c *cluster) startControlPlane() error {
 		"--service-account-key-file="+p.path("sa.pub"), "--service-account-signing-key-file="+p.path("sa.key"),
 		"--service-cluster-ip-range="+serviceCIDR,
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+		// The node DaemonSet's pod is privileged, as a node's kubelet is.
+		"--allow-privileged=true",
 		"--profiling=false")
 	if err != nil {
 		return err
