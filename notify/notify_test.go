@@ -296,18 +296,29 @@ func TestNoReadyOnceShutdownBegan(t *testing.T) {
 // returns at once, and the send gives up after its bound.
 func TestStoppingDoesNotWaitForAManagerThatStoppedReading(t *testing.T) {
 	conn := manager(t)
-	// Fill the manager's queue until a send would block.
-	fill, err := net.DialUnix("unixgram", nil, conn.LocalAddr().(*net.UnixAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fill.Close()
+	// Fill the manager's queue until a send would block. A datagram
+	// socket's own send buffer can fill before the receiver's queue (its
+	// length is net.unix.max_dgram_qlen): then a new socket, as each send
+	// of the notifier's is, would still get through. So the queue is full
+	// only when the first write of a fresh socket blocks.
+	addr := conn.LocalAddr().(*net.UnixAddr)
 	for i := 0; ; i++ {
-		fill.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-		if _, err := fill.Write([]byte("X=1")); err != nil {
+		fill, err := net.DialUnix("unixgram", nil, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fill.Close()
+		sent := 0
+		for ; ; sent++ {
+			fill.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+			if _, err := fill.Write([]byte("X=1")); err != nil {
+				break
+			}
+		}
+		if sent == 0 {
 			break
 		}
-		if i > 100000 {
+		if i > 1000 {
 			t.Fatal("the manager's queue never filled")
 		}
 	}
