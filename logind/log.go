@@ -37,6 +37,10 @@ func clipTo(s string, n int) string {
 // were, at most once per interval, for as long as they go on. So a client
 // that connects, fails or drops in a loop costs the log a line per kind and
 // interval, whatever its rate, and the operator still sees that it happens.
+//
+// A lone event arms no timer: only a repeat does, to end its interval. The
+// kubelet's own connection and lock are such lone events, and an idle node
+// is then never woken to summarize nothing.
 type clientLog struct {
 	interval time.Duration
 
@@ -47,8 +51,9 @@ type clientLog struct {
 
 // logWindow is an interval in which one kind of event was logged once.
 type logWindow struct {
+	opened   time.Time
 	repeated int
-	timer    *time.Timer
+	timer    *time.Timer // nil until the first repeat
 }
 
 func newClientLog(interval time.Duration) *clientLog {
@@ -60,17 +65,19 @@ func newClientLog(interval time.Duration) *clientLog {
 func (l *clientLog) first(msg string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if w := l.windows[msg]; w != nil {
-		w.repeated++
-		return false
-	}
 	if l.stopped {
 		// After stop, a bus that is closing: its last events go to V(2).
 		return false
 	}
-	w := &logWindow{}
-	w.timer = time.AfterFunc(l.interval, func() { l.summarize(msg, w) })
-	l.windows[msg] = w
+	now := time.Now()
+	if w := l.windows[msg]; w != nil && (w.timer != nil || now.Sub(w.opened) < l.interval) {
+		w.repeated++
+		if w.timer == nil {
+			w.timer = time.AfterFunc(w.opened.Add(l.interval).Sub(now), func() { l.summarize(msg, w) })
+		}
+		return false
+	}
+	l.windows[msg] = &logWindow{opened: now}
 	return true
 }
 
@@ -103,6 +110,7 @@ func (l *clientLog) summarize(msg string, w *logWindow) {
 	if n == 0 || l.stopped {
 		delete(l.windows, msg)
 	} else {
+		w.opened = time.Now()
 		w.timer.Reset(l.interval)
 	}
 	l.mu.Unlock()
@@ -117,9 +125,13 @@ func (l *clientLog) stop() {
 	l.stopped = true
 	open := make(map[string]*logWindow, len(l.windows))
 	for msg, w := range l.windows {
-		if w.timer.Stop() {
+		switch {
+		case w.timer == nil:
+			delete(l.windows, msg) // nothing repeated
+		case w.timer.Stop():
 			open[msg] = w
 		}
+		// Else its timer has fired: summarize, running, ends it.
 	}
 	l.mu.Unlock()
 	for msg, w := range open {
