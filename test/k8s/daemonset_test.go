@@ -173,15 +173,12 @@ func (c *cluster) startHostNode(t *testing.T) *hostNode {
 		k.teardown()
 	})
 
-	c.writeNodeFiles(t, etc, etc, nodeSpec{})
-	sharedKubeletDir(t)
-	conf, err := os.ReadFile(filepath.Join(etc, "kubelet.yaml"))
-	must(t, err)
-	must(t, os.WriteFile("/var/lib/kubelet/config.yaml", conf, 0o600))
+	c.writeImageNodeFiles(t, etc, etc, nodeSpec{})
 	must(t, os.Remove(filepath.Join(etc, "kubelet.yaml")))
 	must(t, unix.Mount("/run", "/run", "", unix.MS_BIND, ""))
 	must(t, unix.Mount("", "/run", "", unix.MS_SHARED, ""))
 
+	var err error
 	h.proxy, err = startServer(filepath.Join(logs, "logs"), "proxy", filepath.Join(c.bin, "kube-proxy"),
 		"--kubeconfig="+etc+"/kube-proxy.conf", "--proxy-mode=iptables", "--hostname-override="+nodeName,
 		"--conntrack-max-per-core=0", "--conntrack-min=0", "--conntrack-tcp-timeout-established=0s",

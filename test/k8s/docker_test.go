@@ -607,11 +607,7 @@ func TestNodeImageInDockerAsAMesosTask(t *testing.T) {
 	app := readMarathonNode(t)
 
 	dir := t.TempDir()
-	c.writeNodeFiles(t, dir, "/etc/kubernetes", nodeSpec{kubeletConfig: kubeletShutdown})
-	sharedKubeletDir(t)
-	kubeletConfig, err := os.ReadFile(filepath.Join(dir, "kubelet.yaml"))
-	must(t, err)
-	must(t, os.WriteFile("/var/lib/kubelet/config.yaml", kubeletConfig, 0o600))
+	c.writeImageNodeFiles(t, dir, "/etc/kubernetes", nodeSpec{kubeletConfig: kubeletShutdown})
 	must(t, os.RemoveAll(nodeIdentityDir))
 
 	const agentID, frameworkID = "4b3c2d1e-0000-4000-8000-000000000001-S0", "4b3c2d1e-0000-4000-8000-000000000002-0000"

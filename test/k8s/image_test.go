@@ -98,6 +98,19 @@ type imageRun struct {
 // container shares with the host.
 const nodeIdentityDir = "/var/lib/kubelet/nodeinit"
 
+// writeImageNodeFiles writes a node container's files into dir, which the
+// container sees as etc, and the KubeletConfiguration among them to
+// /var/lib/kubelet/config.yaml on the shared /var/lib/kubelet, where the
+// node image's configuration looks for it.
+func (c *cluster) writeImageNodeFiles(t *testing.T, dir, etc string, spec nodeSpec) {
+	t.Helper()
+	c.writeNodeFiles(t, dir, etc, spec)
+	sharedKubeletDir(t)
+	conf, err := os.ReadFile(filepath.Join(dir, "kubelet.yaml"))
+	must(t, err)
+	must(t, os.WriteFile("/var/lib/kubelet/config.yaml", conf, 0o600))
+}
+
 // runNodeImage starts the node image in podman. The node's files are its
 // /etc/kubernetes and its KubeletConfiguration is /var/lib/kubelet/config.yaml,
 // where the image's configuration looks for them; the executor line is the
@@ -109,11 +122,7 @@ const nodeIdentityDir = "/var/lib/kubelet/nodeinit"
 func (c *cluster) runNodeImage(t *testing.T, o imageRun) *kubeNode {
 	t.Helper()
 	dir := t.TempDir()
-	c.writeNodeFiles(t, dir, "/etc/kubernetes", nodeSpec{})
-	sharedKubeletDir(t)
-	kubeletConfig, err := os.ReadFile(filepath.Join(dir, "kubelet.yaml"))
-	must(t, err)
-	must(t, os.WriteFile("/var/lib/kubelet/config.yaml", kubeletConfig, 0o600))
+	c.writeImageNodeFiles(t, dir, "/etc/kubernetes", nodeSpec{})
 	must(t, os.MkdirAll("/var/log/pods", 0o755))
 	cd := c.containerd.dir
 	const name = "nodeinit-k8s-node"

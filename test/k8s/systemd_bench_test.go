@@ -314,11 +314,7 @@ func (c *cluster) nodeinitImageArgs(who string, more ...string) []string {
 // kube-proxy's ends watched from the host; then whether the pod drained.
 func (c *cluster) benchContainerNode(t *testing.T, who string, flags nodeFlags) containerRun {
 	dir := t.TempDir()
-	c.writeNodeFiles(t, dir, "/etc/kubernetes", nodeSpec{kubeletConfig: kubeletShutdown})
-	sharedKubeletDir(t)
-	kubeletConfig, err := os.ReadFile(filepath.Join(dir, "kubelet.yaml"))
-	must(t, err)
-	must(t, os.WriteFile("/var/lib/kubelet/config.yaml", kubeletConfig, 0o600))
+	c.writeImageNodeFiles(t, dir, "/etc/kubernetes", nodeSpec{kubeletConfig: kubeletShutdown})
 	must(t, os.MkdirAll("/var/log/pods", 0o755))
 	must(t, os.RemoveAll(nodeIdentityDir))
 
