@@ -147,6 +147,16 @@ func (c *cluster) benchNode(t *testing.T, nodeinit string, script bool) realNode
 	return realNodeRun{ready: ready, stop: stop}
 }
 
+// sortedTimes is of(r) for each of runs, in ascending order, for quantile.
+func sortedTimes[R any](runs []R, of func(R) time.Duration) []time.Duration {
+	d := make([]time.Duration, 0, len(runs))
+	for _, r := range runs {
+		d = append(d, of(r))
+	}
+	slices.Sort(d)
+	return d
+}
+
 // writeRealNode prints the machine, the table and the verdicts.
 func writeRealNode(w io.Writer, runs map[string][]realNodeRun, rounds int, began time.Time, load, bin string) {
 	version, _ := os.ReadFile(filepath.Join(bin, "VERSION"))
@@ -156,12 +166,7 @@ func writeRealNode(w io.Writer, runs map[string][]realNodeRun, rounds int, began
 	fmt.Fprintln(w, "| PID 1 | start → Node Ready | spread (p25–p75) | TERM → exit | spread (p25–p75) | n |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 	stats := func(who string, of func(realNodeRun) time.Duration) []time.Duration {
-		var d []time.Duration
-		for _, r := range runs[who] {
-			d = append(d, of(r))
-		}
-		slices.Sort(d)
-		return d
+		return sortedTimes(runs[who], of)
 	}
 	ready := func(r realNodeRun) time.Duration { return r.ready }
 	stop := func(r realNodeRun) time.Duration { return r.stop }

@@ -661,12 +661,7 @@ func writeContainers(w io.Writer, runs map[string][]containerRun, sizes map[stri
 	fmt.Fprintf(w, "\nNode containers in podman: nodeinit's node image (with and without --graceful-node-shutdown) and a systemd node image (kind's way), the same kubelet, kube-proxy, configuration and containerd; %d rounds of each, alternated; took %s.\n\n",
 		rounds, took.Round(time.Second))
 	durations := func(who string, of func(containerRun) time.Duration) []time.Duration {
-		var d []time.Duration
-		for _, r := range runs[who] {
-			d = append(d, of(r))
-		}
-		slices.Sort(d)
-		return d
+		return sortedTimes(runs[who], of)
 	}
 	spread := func(d []time.Duration, unit func(time.Duration) string) string {
 		return fmt.Sprintf("%s (%s–%s)", unit(quantile(d, 0.5)), unit(quantile(d, 0.25)), unit(quantile(d, 0.75)))
