@@ -136,13 +136,13 @@ func (b *Binder) Over(source *os.File, t *Target, readOnly bool) error {
 	if err := linux.Mount(fdPath(int(source.Fd())), fdPath(t.fd), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind %s over %s: %w", source.Name(), t.path, err)
 	}
-	if !readOnly {
-		return nil
-	}
-	// The remount needs the new mount's root: the target's descriptor
-	// is of the file under it. The path now leads to the new mount;
-	// what it leads to must be the source on a mount whose parent is
-	// the one checked.
+	// The new mount joined the source's peer group, if that is shared (a
+	// host directory bound in): it is made private, so that nothing
+	// mounted over either later shows on the other. That, and a remount,
+	// needs the new mount's root, and the target's descriptor is of the
+	// file under it: the path now leads to the new mount, and what it
+	// leads to must be the source on a mount whose parent is the one
+	// checked.
 	top, err := linux.Open(t.path, unix.O_PATH|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
@@ -160,10 +160,15 @@ func (b *Binder) Over(source *os.File, t *Target, readOnly bool) error {
 		return err
 	}
 	if m.Parent != under.ID || src.Dev != got.Dev || src.Ino != got.Ino {
-		return fmt.Errorf("%s is not the file just mounted over it: not making it read-only", t.path)
+		return fmt.Errorf("%s is not the file just mounted over it: leaving it as it is", t.path)
 	}
-	if err := linux.Mount("", fdPath(top), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("make %s read-only: %w", t.path, err)
+	if err := linux.Mount("", fdPath(top), "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make the mount over %s private: %w", t.path, err)
+	}
+	if readOnly {
+		if err := linux.Mount("", fdPath(top), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("make %s read-only: %w", t.path, err)
+		}
 	}
 	return nil
 }

@@ -151,3 +151,47 @@ func TestOverASharedMount(t *testing.T) {
 		return nil
 	})
 }
+
+// The source is on a shared mount (a host directory bound into the
+// container): the new mount does not stay a peer of it, so nothing mounted
+// over one later shows on the other.
+func TestOverLeavesTheSourcesPeerGroup(t *testing.T) {
+	srcDir, dir := t.TempDir(), t.TempDir()
+	inNamespace(t, func() error {
+		if err := unix.Mount("tmpfs", srcDir, "tmpfs", 0, ""); err != nil {
+			return err
+		}
+		if err := unix.Mount("", srcDir, "", unix.MS_SHARED, ""); err != nil {
+			return err
+		}
+		src := filepath.Join(srcDir, "src")
+		write(t, src, "new\n")
+		target := filepath.Join(dir, "file")
+		write(t, target, "old\n")
+		f, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		for _, readOnly := range []bool{true, false} {
+			tg, err := OpenTarget(target, false, false)
+			if err != nil {
+				return err
+			}
+			var b Binder
+			if err := b.Over(f, tg, readOnly); err != nil {
+				return err
+			}
+			ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(target))
+			if err != nil {
+				return err
+			}
+			for _, m := range ms {
+				if m.Optional != "" {
+					t.Errorf("read-only %v: the mount over %s is %q; want private", readOnly, target, m.Optional)
+				}
+			}
+		}
+		return nil
+	})
+}
