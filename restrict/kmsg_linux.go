@@ -1,6 +1,7 @@
 package restrict
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -31,6 +32,9 @@ func (p *Plan) bindStandIn(m mount) error {
 		return fmt.Errorf("bind %s over %s: %s is not a character device", m.source, m.target, m.source)
 	}
 	target, err := bindfile.OpenTarget(m.target, m.create, true)
+	if errors.Is(err, bindfile.ErrLink) {
+		return fmt.Errorf("bind %s over %s: %w: remove the link, or give the container the host's /dev/kmsg (--device /dev/kmsg), or skip the check (--skip-container-checks=kmsg)", m.source, m.target, err)
+	}
 	if err != nil {
 		return fmt.Errorf("bind %s over %s: %w", m.source, m.target, err)
 	}

@@ -73,7 +73,7 @@ func TestKmsgStandInRefusesALink(t *testing.T) {
 		console, _ = os.ReadFile("/dev/console")
 		return nil
 	})
-	if err == nil || !strings.Contains(err.Error(), "symbolic link") || string(console) != "console\n" {
+	if err == nil || !strings.Contains(err.Error(), "symbolic link to /dev/console: remove the link") || string(console) != "console\n" {
 		t.Errorf("Apply over a linked /dev/kmsg: %v; /dev/console reads %q", err, console)
 	}
 }
