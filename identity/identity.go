@@ -1,12 +1,28 @@
 // Package identity gives a node in a container an identity of its own. The
 // kubelet reports /etc/machine-id as the Node's machineID and DMI's
-// product_uuid as its systemUUID (through cAdvisor); every container of one
-// image shares the id baked into it, or has none, and the kubelet and CNI
-// plugins use it to tell nodes apart. identity decides which id the node
-// has — the container's own, the host's when the container shares the
-// host's pid namespace, or one generated once and kept in the node's state —
+// product_uuid as its systemUUID (through cAdvisor, which reads the first
+// of /etc/machine-id and /var/lib/dbus/machine-id that exists, in the
+// kubelet's mount namespace); every container of one image shares the id
+// baked into it, or has none, and the kubelet and CNI plugins use it to
+// tell nodes apart. identity decides which id the node has — the
+// container's own, the host's when the container shares the host's pid
+// namespace, or one generated once and kept in the node's identity dir —
 // and bind-mounts it over /etc/machine-id in nodeinit's own mount
-// namespace, where the kubelet reads it. Nothing is written into the image.
+// namespace, where the kubelet reads it. Nothing is written into the image
+// or the container's files (a missing /etc/machine-id gets an empty file
+// to mount on).
+//
+// What it reads in the identity dir (often a host directory bound in,
+// which others may write) is read bounded, never waiting on a FIFO, and
+// never through a link: an unusable file is one line naming it, what it
+// is, and "remove it". The host's id is read the same way through PID 1's
+// root and mounted from a copy kept in the identity dir: the kernel binds
+// no mount of another mount namespace. Each mount goes onto exactly the
+// file checked, never through a link, and never sends it to the peers of a
+// shared mount (internal/bindfile): a shared mount under it, as a systemd
+// host's runtime leaves a container's /, is made a slave of its peers
+// first and shared again after, which is logged and printed by
+// --write-flags like the mount itself.
 package identity
 
 import (
