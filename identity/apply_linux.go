@@ -3,105 +3,210 @@ package identity
 import (
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/internal/bindfile"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // Apply keeps a generated id in the state directory and bind-mounts the
 // node's ids, read-only, over /etc/machine-id (and product_uuid) under the
-// plan's root. It mounts only where the mount cannot propagate: the mount
-// it would land on must not be shared. A shared one may have peers in the
-// host's mount namespace (nodeinit run on the host's root keeps the host's
-// propagation), and the id would then change the host's for every program
-// on it. In a container, whose root is private until --make-rshared, or
-// in nodeinit's private (rslave) namespace, nothing propagates out; boot
-// calls Apply before making / shared. contained must say that the mount
-// namespace is nodeinit's own (a private one, a container's whose PID 1
-// nodeinit is, or one other than PID 1's): a host whose root is private
-// would otherwise get the mount in its own namespace.
-func (p Plan) Apply(contained bool) error {
+// plan's root. It returns the log lines of what it did, and an error
+// (errors.Join of one line per part) for each part it could not do, which
+// says what the node has instead and what turns the part off: a
+// product_uuid that cannot be mounted takes nothing from the machine-id.
+//
+// contained must say that the mount namespace is nodeinit's own (a
+// private one, a container's whose PID 1 nodeinit is, or one other than
+// PID 1's): a host whose root is private would otherwise get the mount in
+// its own namespace, and Apply mounts nothing.
+//
+// Each mount goes onto exactly the file checked, never through a link
+// (bindfile). The mount it lands on must not send it to peers: a shared
+// one is detached from them first (a slave of its peer group: it still
+// receives their mounts), and shared again, in a peer group of its own,
+// once the ids are mounted. A runtime on a systemd host leaves a
+// container's / shared; its peers may be the host's (nodeinit run on the
+// host's root keeps the host's propagation), and the id would then change
+// the host's for every program on it.
+func (p Plan) Apply(contained bool) (done []Adjustment, err error) {
+	if p.Source == Own {
+		done = append(done, p.machineIDLine())
+	}
 	if p.Mount == "" && p.ProductUUIDMount == "" {
-		return nil
+		return done, nil
 	}
+	var errs []error
 	if !contained {
-		return errors.New("nodeinit may share the host's mount namespace (not PID 1 of a container, in PID 1's mount namespace, no --private-mountns): not mounting over its " + MachineIDFile)
+		why := errors.New("nodeinit may share the host's mount namespace (not PID 1 of a container, in PID 1's mount namespace, no --private-mountns)")
+		if p.Mount != "" {
+			errs = append(errs, p.machineIDFailed(why))
+		}
+		if p.ProductUUIDMount != "" {
+			errs = append(errs, p.productUUIDFailed(why))
+		}
+		return done, errors.Join(errs...)
 	}
-	if err := unshared(filepath.Join(p.root, MachineIDFile)); err != nil {
-		return err
+	b := bindfile.Binder{Detach: true}
+	// part mounts one file; its lines are the detaching its mount needed
+	// (which stays done when the mount fails), then the mount itself.
+	part := func(file string, mount func() error, ok Adjustment, failed func(error) error) {
+		before := len(b.Detached)
+		err := mount()
+		for _, d := range b.Detached[before:] {
+			done = append(done, Detach{Mountpoint: d.Mountpoint, PeerGroup: d.PeerGroup, For: file}.line())
+		}
+		if err != nil {
+			errs = append(errs, failed(err))
+			return
+		}
+		done = append(done, ok)
 	}
 	if p.Mount != "" {
-		if p.Source == Generated {
-			if err := keep(filepath.Join(p.root, p.Mount), p.MachineID); err != nil {
-				return err
-			}
-		}
-		if err := bindReadOnly(filepath.Join(p.root, p.Mount), filepath.Join(p.root, MachineIDFile), true); err != nil {
-			return err
-		}
+		part(MachineIDFile, func() error { return p.mountMachineID(&b) }, p.machineIDLine(), p.machineIDFailed)
 	}
 	if p.ProductUUIDMount != "" {
-		if p.ProductUUIDNew {
-			if err := keep(filepath.Join(p.root, p.ProductUUIDMount), p.ProductUUID); err != nil {
-				return err
-			}
-		}
-		// sysfs cannot hold a new file: where the machine has no DMI
-		// product_uuid there is nothing to mount over.
-		if err := bindReadOnly(filepath.Join(p.root, p.ProductUUIDMount), filepath.Join(p.root, ProductUUIDFile), false); err != nil {
-			return err
-		}
+		part(ProductUUIDFile, func() error { return p.mountProductUUID(&b) }, p.productUUIDLine(), p.productUUIDFailed)
 	}
-	return nil
+	if err := b.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("after mounting the node's ids: %w; it stays a slave of its old peers, and what is mounted on it later reaches no namespace copied from this one", err))
+	}
+	return done, errors.Join(errs...)
 }
 
-// unshared fails when the mount that holds target is shared: a mount on
-// it would propagate to its peers, which may be the host's.
-func unshared(target string) error {
-	mounts, err := mountinfo.GetMounts(nil)
+// machineIDFailed is the line for a machine-id that could not be mounted.
+func (p Plan) machineIDFailed(err error) error {
+	return fmt.Errorf("cannot mount the node's machine-id over %s, so the node keeps its container's %s: %w (--node-machine-id=false turns this off)",
+		MachineIDFile, p.found(), err)
+}
+
+// productUUIDFailed is the line for a product_uuid that could not be
+// mounted: the machine-id is another part, mounted or not on its own.
+func (p Plan) productUUIDFailed(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		err = fmt.Errorf("this machine has no %s to mount over (no DMI)", ProductUUIDFile)
+	}
+	return fmt.Errorf("cannot mount the node's product_uuid over %s, so the Node's systemUUID stays the machine's: %w (--node-product-uuid=false turns this off)",
+		ProductUUIDFile, err)
+}
+
+// mountMachineID mounts the node's machine-id over /etc/machine-id, making
+// an empty file to mount on where the container has none: the target is
+// opened (and checked) first, then the id kept, then mounted.
+func (p Plan) mountMachineID(b *bindfile.Binder) error {
+	target, err := bindfile.OpenTarget(filepath.Join(p.root, MachineIDFile), true, false)
 	if err != nil {
-		return fmt.Errorf("read the mounts: %w", err)
+		return err
 	}
-	var under *mountinfo.Info
-	for _, m := range mounts {
-		// The last one listed on the longest prefix is the one on top.
-		if strings.HasPrefix(target, strings.TrimSuffix(m.Mountpoint, "/")+"/") || target == m.Mountpoint {
-			if under == nil || len(m.Mountpoint) >= len(under.Mountpoint) {
-				under = m
-			}
+	src := filepath.Join(p.root, p.Mount)
+	what := "the node's kept machine-id"
+	switch p.Source {
+	case Generated:
+		err = keep(src, p.MachineID)
+	case Host:
+		// The copy of the host's id: rewritten when the host's changed.
+		what = "the copy of the host's machine-id"
+		if kept, rerr := readID(src, linux.NoFollow); rerr != nil || kept != p.MachineID {
+			err = keep(src, p.MachineID)
 		}
 	}
-	if under == nil {
-		return fmt.Errorf("no mount holds %s", target)
+	if err != nil {
+		target.Close()
+		return err
 	}
-	for _, o := range strings.Fields(under.Optional) {
-		if strings.HasPrefix(o, "shared:") {
-			return fmt.Errorf("the mount %s that holds %s is shared, so a mount on it could reach the host's: not mounting the node's id (run nodeinit in a container, or with --private-mountns)",
-				under.Mountpoint, target)
-		}
+	f, err := openID(src, p.MachineID, what)
+	if err != nil {
+		target.Close()
+		return err
 	}
-	return nil
+	defer f.Close()
+	return b.Over(f, target, true)
 }
 
-// keep writes id into path, whole or not at all (a temporary file renamed
-// over it), so a crash never leaves a torn id to be read on the next start.
+// mountProductUUID mounts the node's product_uuid over DMI's. sysfs cannot
+// hold a new file: where the machine has no DMI product_uuid there is
+// nothing to mount over.
+func (p Plan) mountProductUUID(b *bindfile.Binder) error {
+	target, err := bindfile.OpenTarget(filepath.Join(p.root, ProductUUIDFile), false, false)
+	if err != nil {
+		return err
+	}
+	src := filepath.Join(p.root, p.ProductUUIDMount)
+	if p.ProductUUIDNew {
+		err = keep(src, p.ProductUUID)
+	}
+	if err != nil {
+		target.Close()
+		return err
+	}
+	f, err := openID(src, p.ProductUUID, "the node's kept product_uuid")
+	if err != nil {
+		target.Close()
+		return err
+	}
+	defer f.Close()
+	return b.Over(f, target, true)
+}
+
+// openID opens the id file at path to mount it: not through a link, never
+// waiting, a regular file, and holding want (read bounded). The open file
+// is what gets mounted, so what was read is what the node gets.
+func openID(path, want, what string) (*os.File, error) {
+	fd, err := linux.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_NOCTTY, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, unusable(what, path, fmt.Errorf("%w: a symbolic link", linux.ErrNotRegular), "remove it to have a new one made")
+	}
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), path)
+	var st unix.Stat_t
+	if err := linux.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size > idFileLimit {
+		f.Close()
+		return nil, fmt.Errorf("%s %s changed since it was read (now mode %#o, %d bytes): not mounting it", what, path, st.Mode&unix.S_IFMT, st.Size)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, idFileLimit+1))
+	line, _, _ := strings.Cut(string(b), "\n")
+	if err != nil || strings.TrimSpace(line) != want {
+		f.Close()
+		return nil, fmt.Errorf("%s %s changed since it was read: not mounting it", what, path)
+	}
+	return f, nil
+}
+
+// keep writes id into path, whole or not at all: a temporary file made
+// anew (never written through a link someone left in its place), synced,
+// renamed over path, so a crash never leaves a torn id to be read on the
+// next start.
 func keep(path, id string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("keep the node's id: %w", err)
 	}
 	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o444); err != nil {
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("keep the node's id: %w", err)
 	}
-	f, err := os.Open(tmp)
+	fd, err := linux.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o444)
+	if err != nil {
+		return fmt.Errorf("keep the node's id: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, err = f.WriteString(id + "\n")
 	if err == nil {
 		err = f.Sync()
-		f.Close()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	if err == nil {
 		err = os.Rename(tmp, path)
@@ -113,22 +218,30 @@ func keep(path, id string) error {
 	return nil
 }
 
-// bindReadOnly bind-mounts source over target and makes that mount
-// read-only, as systemd does with /etc/machine-id. A missing target is
-// made (an empty file to mount on) when create says so.
-func bindReadOnly(source, target string, create bool) error {
-	if _, err := os.Lstat(target); errors.Is(err, os.ErrNotExist) && create {
-		f, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
-		if err != nil {
-			return fmt.Errorf("make a file to mount the node's id on: %w", err)
+// planDetach finds, for --write-flags and the log, the shared mounts that
+// Apply will detach from their peers: those under the files it mounts
+// over (under the directory of a missing /etc/machine-id, where one is
+// made to mount on). A mount listed once is not listed again.
+func (p *Plan) planDetach() {
+	seen := map[string]bool{}
+	for _, f := range []struct {
+		file string
+		on   bool
+	}{{MachineIDFile, p.Mount != ""}, {ProductUUIDFile, p.ProductUUIDMount != ""}} {
+		if !f.on {
+			continue
 		}
-		f.Close()
+		path := filepath.Join(p.root, f.file)
+		m, err := bindfile.MountOf(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			m, err = bindfile.MountOf(filepath.Dir(path))
+		}
+		if err != nil {
+			continue // Apply says why
+		}
+		if group, shared := bindfile.Shared(m); shared && !seen[m.Mountpoint] {
+			seen[m.Mountpoint] = true
+			p.Detach = append(p.Detach, Detach{Mountpoint: m.Mountpoint, PeerGroup: group, For: f.file})
+		}
 	}
-	if err := linux.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("mount the node's id: %w", err)
-	}
-	if err := linux.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("make the node's id read-only: %w", err)
-	}
-	return nil
 }

@@ -1,12 +1,28 @@
 // Package identity gives a node in a container an identity of its own. The
 // kubelet reports /etc/machine-id as the Node's machineID and DMI's
-// product_uuid as its systemUUID (through cAdvisor); every container of one
-// image shares the id baked into it, or has none, and the kubelet and CNI
-// plugins use it to tell nodes apart. identity decides which id the node
-// has — the container's own, the host's when the container shares the
-// host's pid namespace, or one generated once and kept in the node's state —
+// product_uuid as its systemUUID (through cAdvisor, which reads the first
+// of /etc/machine-id and /var/lib/dbus/machine-id that exists, in the
+// kubelet's mount namespace); every container of one image shares the id
+// baked into it, or has none, and the kubelet and CNI plugins use it to
+// tell nodes apart. identity decides which id the node has — the
+// container's own, the host's when the container shares the host's pid
+// namespace, or one generated once and kept in the node's identity dir —
 // and bind-mounts it over /etc/machine-id in nodeinit's own mount
-// namespace, where the kubelet reads it. Nothing is written into the image.
+// namespace, where the kubelet reads it. Nothing is written into the image
+// or the container's files (a missing /etc/machine-id gets an empty file
+// to mount on).
+//
+// What it reads in the identity dir (often a host directory bound in,
+// which others may write) is read bounded, never waiting on a FIFO, and
+// never through a link: an unusable file is one line naming it, what it
+// is, and "remove it". The host's id is read the same way through PID 1's
+// root and mounted from a copy kept in the identity dir: the kernel binds
+// no mount of another mount namespace. Each mount goes onto exactly the
+// file checked, never through a link, and never sends it to the peers of a
+// shared mount (internal/bindfile): a shared mount under it, as a systemd
+// host's runtime leaves a container's /, is made a slave of its peers
+// first and shared again after, which is logged and printed by
+// --write-flags like the mount itself.
 package identity
 
 import (
@@ -20,6 +36,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // Uninitialized is what systemd's images ship as /etc/machine-id: "no id
@@ -81,7 +99,10 @@ type Plan struct {
 	// ProductUUIDMount (to be generated when ProductUUIDNew).
 	ProductUUID, ProductUUIDMount string
 	ProductUUIDNew                bool
-	root                          string
+	// Detach lists the shared mounts under the files to mount over,
+	// which Apply detaches from their peers first.
+	Detach []Detach
+	root   string
 }
 
 // Valid reports whether id is a machine-id as systemd writes it: 32
@@ -98,10 +119,17 @@ func Valid(id string) bool {
 	return true
 }
 
-// readID reads a machine-id file: its first line, trimmed. A missing file
-// is "" without an error.
-func readID(path string) (string, error) {
-	b, err := os.ReadFile(path)
+// idFileLimit bounds what nodeinit reads of an id file: a machine-id file
+// is 33 bytes, a product_uuid 37; anything longer is not one.
+const idFileLimit = 4096
+
+// readID reads an id file: its first line, trimmed. A missing file is ""
+// without an error. The read never waits (a FIFO is refused, not opened
+// for reading) and is bounded; follow says whether a symbolic link is
+// followed (never in the identity dir, where anyone who can write it could
+// point nodeinit at /dev/zero or at a file it was not meant to read).
+func readID(path string, follow linux.Follow) (string, error) {
+	b, err := linux.ReadRegularFile(path, idFileLimit, follow)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -112,29 +140,58 @@ func readID(path string) (string, error) {
 	return strings.TrimSpace(line), nil
 }
 
-// Decide reads what the container has and says which machine-id the node
-// gets, without changing anything: --write-flags shows it, Apply does it.
+// unusable is the one line for an id file nodeinit cannot use: which file
+// (what, at path), what it is, and what to do (fix).
+func unusable(what, path string, err error, fix string) error {
+	why := err.Error()
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		why = pe.Err.Error()
+	}
+	return fmt.Errorf("%s %s is unusable (%s): %s", what, path, why, fix)
+}
+
+// Decide reads what the container has and says which machine-id (and
+// product_uuid) the node gets, without changing anything: --write-flags
+// shows it, Apply does it. A part that cannot be decided is left out of
+// the plan, and the error (errors.Join of one line per part) says what
+// the node has instead.
 func Decide(o Options) (Plan, error) {
 	p := Plan{root: o.Root}
+	var errs []error
 	if o.MachineID {
 		if err := p.machineID(o); err != nil {
-			return p, err
+			errs = append(errs, fmt.Errorf("cannot give the node a machine-id of its own, so it keeps its container's %s: %w (--node-machine-id=false turns this off)", p.found(), err))
+			p.MachineID, p.Source, p.Mount = "", "", ""
 		}
 	}
 	if o.ProductUUID {
 		if err := p.productUUID(o); err != nil {
-			return p, err
+			errs = append(errs, fmt.Errorf("cannot give the node a product_uuid of its own, so its systemUUID stays the machine's: %w (--node-product-uuid=false turns this off)", err))
+			p.ProductUUID, p.ProductUUIDMount, p.ProductUUIDNew = "", "", false
 		}
 	}
-	return p, nil
+	p.planDetach()
+	return p, errors.Join(errs...)
+}
+
+// found says what the container's /etc/machine-id holds, for a line that
+// says the node keeps it.
+func (p Plan) found() string {
+	if p.Found == "" {
+		return "machine-id (none)"
+	}
+	return fmt.Sprintf("machine-id (%q)", p.Found)
 }
 
 // machineID plans the node's machine-id.
 func (p *Plan) machineID(o Options) error {
 	etc := filepath.Join(o.Root, MachineIDFile)
-	found, err := readID(etc)
+	// The container's own file, as the kubelet's cAdvisor reads it:
+	// following a link, but bounded and never waiting.
+	found, err := readID(etc, linux.FollowLink)
 	if err != nil {
-		return fmt.Errorf("read the container's machine-id: %w", err)
+		return unusable("the container's", MachineIDFile, err, "make it a regular file holding a machine-id, or \"uninitialized\"")
 	}
 	p.Found = found
 	switch {
@@ -160,21 +217,24 @@ func (p *Plan) machineID(o Options) error {
 // provide finds the node a machine-id: the host's, else the kept one,
 // else a new one.
 func (p *Plan) provide(o Options) error {
-	if host, ok := hostID(o); ok {
-		p.MachineID, p.Source, p.Mount = host, Host, filepath.Join("/proc/1/root", MachineIDFile)
-		p.Reason += "; the container shares the host's pid namespace, so the node is the host"
-		return nil
-	}
 	if o.StateDir == "" {
 		return fmt.Errorf("%s: no directory to keep the node's machine-id in", p.Reason)
 	}
+	if host, ok := hostID(o); ok {
+		// Not a mount of PID 1's file: that is in another mount
+		// namespace, whose mounts the kernel does not bind into this one
+		// (EINVAL). A copy, kept next to the node's own.
+		p.MachineID, p.Source, p.Mount = host, Host, filepath.Join(o.StateDir, HostCopy)
+		p.Reason += "; the container shares the host's pid namespace, so the node is the host"
+		return nil
+	}
 	p.Mount = filepath.Join(o.StateDir, "machine-id")
-	kept, err := readID(filepath.Join(o.Root, p.Mount))
+	kept, err := readID(filepath.Join(o.Root, p.Mount), linux.NoFollow)
 	if err != nil {
-		return fmt.Errorf("read the node's kept machine-id: %w", err)
+		return unusable("the node's kept machine-id", p.Mount, err, "remove it to have a new one made")
 	}
 	if kept != "" && !Valid(kept) {
-		return fmt.Errorf("the node's kept machine-id %s is not a machine-id; remove it to have a new one made", p.Mount)
+		return fmt.Errorf("the node's kept machine-id %s is not a machine-id: remove it to have a new one made", p.Mount)
 	}
 	if kept != "" {
 		p.MachineID, p.Source = kept, Kept
@@ -188,10 +248,16 @@ func (p *Plan) provide(o Options) error {
 	return nil
 }
 
+// HostCopy is the name, in the state directory, of the copy of the host's
+// machine-id that is mounted when the node is the host.
+const HostCopy = "host-machine-id"
+
 // hostID is the host's machine-id when nodeinit shares the host's pid
 // namespace: nodeinit is not PID 1, PID 1's root is not nodeinit's (a
 // container's own init, catatonit or tini, shares the container's root),
-// and the machine-id there is valid and not the image's.
+// and the machine-id there is a regular file (read bounded, never
+// waiting, not through a link, which would resolve in nodeinit's root)
+// holding a valid id that is not the image's.
 func hostID(o Options) (string, bool) {
 	if o.PID1 {
 		return "", false
@@ -202,11 +268,30 @@ func hostID(o Options) (string, bool) {
 		own.Dev == theirs.Dev && own.Ino == theirs.Ino {
 		return "", false
 	}
-	id, err := readID(filepath.Join(pid1Root, MachineIDFile))
+	id, err := readID(filepath.Join(pid1Root, MachineIDFile), linux.NoFollow)
 	if err != nil || !Valid(id) || id == o.ImageMachineID {
 		return "", false
 	}
 	return id, true
+}
+
+// validUUID reports whether s is a UUID in its text form, as DMI's
+// product_uuid is: 8-4-4-4-12 hexadecimal digits.
+func validUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'):
+			return false
+		}
+	}
+	return true
 }
 
 // productUUID plans the node's own product_uuid, kept next to its
@@ -215,11 +300,15 @@ func (p *Plan) productUUID(o Options) error {
 	if o.StateDir == "" {
 		return errors.New("no directory to keep the node's product_uuid in")
 	}
-	p.ProductUUIDMount = filepath.Join(o.StateDir, "product_uuid")
-	kept, err := readID(filepath.Join(o.Root, p.ProductUUIDMount))
+	mount := filepath.Join(o.StateDir, "product_uuid")
+	kept, err := readID(filepath.Join(o.Root, mount), linux.NoFollow)
 	if err != nil {
-		return fmt.Errorf("read the node's kept product_uuid: %w", err)
+		return unusable("the node's kept product_uuid", mount, err, "remove it to have a new one made")
 	}
+	if kept != "" && !validUUID(kept) {
+		return fmt.Errorf("the node's kept product_uuid %s is not a UUID: remove it to have a new one made", mount)
+	}
+	p.ProductUUIDMount = mount
 	if kept != "" {
 		p.ProductUUID = kept
 		return nil
@@ -256,24 +345,63 @@ func exists(path string) bool {
 // node's identity and why, each with its off switch. The container's own
 // valid machine-id is one line too, saying it is left alone.
 func (p Plan) Adjustments() []Adjustment {
+	// In the order Apply logs them: the detaching a mount needs, then the
+	// mount.
 	var out []Adjustment
-	if p.Source == Own {
-		out = append(out, Adjustment{"The node's machine-id is its container's own: left alone",
-			[]any{"machineID", p.MachineID, "reason", p.Reason}})
-	} else if p.Source != "" {
-		out = append(out, Adjustment{"Mounting a machine-id of the node's own over " + MachineIDFile + " (--node-machine-id=false turns this off)",
-			[]any{"machineID", p.MachineID, "source", string(p.Source), "from", p.Mount, "reason", p.Reason}})
+	detach := func(file string) {
+		for _, d := range p.Detach {
+			if d.For == file {
+				out = append(out, d.line())
+			}
+		}
+	}
+	if p.Source != "" {
+		detach(MachineIDFile)
+		out = append(out, p.machineIDLine())
 	}
 	if p.ProductUUIDMount != "" {
-		src := Kept
-		if p.ProductUUIDNew {
-			src = Generated
-		}
-		out = append(out, Adjustment{"Mounting a product_uuid of the node's own over " + ProductUUIDFile + " (--node-product-uuid=false turns this off)",
-			[]any{"productUUID", p.ProductUUID, "source", string(src), "from", p.ProductUUIDMount,
-				"reason", "several nodes on one host would share its systemUUID"}})
+		detach(ProductUUIDFile)
+		out = append(out, p.productUUIDLine())
 	}
 	return out
+}
+
+func (p Plan) machineIDLine() Adjustment {
+	if p.Source == Own {
+		return Adjustment{"The node's machine-id is its container's own: left alone",
+			[]any{"machineID", p.MachineID, "reason", p.Reason}}
+	}
+	return Adjustment{"Mounting a machine-id of the node's own over " + MachineIDFile + " (--node-machine-id=false turns this off)",
+		[]any{"machineID", p.MachineID, "source", string(p.Source), "from", p.Mount, "reason", p.Reason}}
+}
+
+func (p Plan) productUUIDLine() Adjustment {
+	src := Kept
+	if p.ProductUUIDNew {
+		src = Generated
+	}
+	return Adjustment{"Mounting a product_uuid of the node's own over " + ProductUUIDFile + " (--node-product-uuid=false turns this off)",
+		[]any{"productUUID", p.ProductUUID, "source", string(src), "from", p.ProductUUIDMount,
+			"reason", "several nodes on one host would share its systemUUID"}}
+}
+
+// Detach is a shared mount under a file nodeinit mounts the node's id
+// over, which it detaches from its peers first: a mount on it would
+// propagate to them, and they may be the host's.
+type Detach struct {
+	// Mountpoint is where the shared mount is, PeerGroup its "shared:N",
+	// For the file mounted over on it.
+	Mountpoint, PeerGroup, For string
+}
+
+func (d Detach) line() Adjustment {
+	off := "--node-machine-id=false"
+	if d.For == ProductUUIDFile {
+		off = "--node-product-uuid=false"
+	}
+	return Adjustment{"Detaching the shared mount at " + d.Mountpoint + " from its peers before mounting the node's id on it, then sharing it again in a peer group of its own (" + off + " turns this off)",
+		[]any{"mount", d.Mountpoint, "peerGroup", d.PeerGroup, "for", d.For,
+			"reason", "a mount on a shared mount propagates to its peers, which may be the host's; as a slave of them it still receives their mounts and sends them none"}}
 }
 
 // Adjustment is one log line: a message and its key/value pairs.

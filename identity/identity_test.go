@@ -60,7 +60,7 @@ func TestDecideGivesTheNodeAMachineIDOfItsOwn(t *testing.T) {
 		{"the image's baked id", map[string]string{"etc/machine-id": imageID + "\n"}, true, imageID, Generated, "", state + "/machine-id", "baked into the image"},
 		{"kept by an earlier start", map[string]string{"etc/machine-id": imageID, state[1:] + "/machine-id": keptID + "\n"}, true, imageID, Kept, keptID, state + "/machine-id", "baked into the image"},
 		{"the host's, sharing the host's pid namespace", map[string]string{"etc/machine-id": "uninitialized", "proc/1/root/etc/machine-id": hostsID + "\n"},
-			false, "", Host, hostsID, "/proc/1/root/etc/machine-id", "shares the host's pid namespace"},
+			false, "", Host, hostsID, state + "/host-machine-id", "shares the host's pid namespace"},
 		{"PID 1 is nodeinit: not the host's", map[string]string{"etc/machine-id": "uninitialized", "proc/1/root/etc/machine-id": hostsID},
 			true, "", Generated, "", state + "/machine-id", "is uninitialized"},
 		{"PID 1's id is invalid: a container's init", map[string]string{"etc/machine-id": "uninitialized", "proc/1/root/etc/machine-id": "uninitialized"},

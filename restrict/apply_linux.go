@@ -19,6 +19,12 @@ import (
 // that cannot be raised, are warnings, returned for the log.
 func (p *Plan) Apply() (warnings []string, err error) {
 	for _, m := range p.mounts {
+		if m.standIn {
+			if err := p.bindStandIn(m); err != nil {
+				return warnings, err
+			}
+			continue
+		}
 		if m.create {
 			f, err := os.OpenFile(m.target, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o600)
 			if err != nil && !errors.Is(err, fs.ErrExist) {

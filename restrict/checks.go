@@ -24,6 +24,12 @@ func isKubelet(in Input) bool {
 	return filepath.Base(in.Config.Executor.Path) == "kubelet" || in.Kubelet.File != ""
 }
 
+// kmsgStandIn is the mount of /dev/null over /dev/kmsg, made first where
+// it is missing: a stand-in file, mounted through descriptors (bindfile).
+func kmsgStandIn(missing bool) mount {
+	return mount{source: os.DevNull, target: "/dev/kmsg", flags: unix.MS_BIND, create: missing, standIn: true}
+}
+
 // isKubeProxy says whether the proxy runs and is kube-proxy.
 func isKubeProxy(in Input) bool {
 	return in.Config.Proxy.Run && filepath.Base(in.Config.Proxy.Path) == "kube-proxy"
@@ -76,23 +82,24 @@ func checkKmsg(p *Plan, h *host, in Input) {
 		return
 	}
 	const kmsg = "/dev/kmsg"
-	m := mount{source: os.DevNull, target: kmsg, flags: unix.MS_BIND}
-	f, err := os.Open(h.path(kmsg))
+	var missing bool
+	f, err := os.OpenFile(h.path(kmsg), os.O_RDONLY|unix.O_NONBLOCK, 0)
 	switch {
 	case err == nil:
 		f.Close()
 		return
 	case errors.Is(err, fs.ErrNotExist):
-		m.create = true
+		missing = true
 	case !errors.Is(err, fs.ErrPermission):
 		return
 	}
-	p.mounts = append(p.mounts, m)
+	p.mounts = append(p.mounts, kmsgStandIn(missing))
 	what := "missing"
-	if !m.create {
+	if !missing {
 		what = "not readable"
 	}
-	p.adjust(config.CheckKmsg, "bind /dev/null over /dev/kmsg", "/dev/kmsg is %s in this container and the kubelet exits when it cannot open it", what)
+	p.adjust(config.CheckKmsg, "bind /dev/null over /dev/kmsg (over the file itself, never through a link; a shared mount under it is detached from its peers first)",
+		"/dev/kmsg is %s in this container and the kubelet exits when it cannot open it", what)
 	p.warn("The kubelet sees no kernel OOM events: /dev/kmsg is /dev/null in this container; pass the host's /dev/kmsg to the container (--device /dev/kmsg) to have them")
 }
 

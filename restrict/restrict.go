@@ -58,6 +58,10 @@ type mount struct {
 	source, target string
 	flags          uintptr
 	create         bool // create an empty file at target first
+	// standIn: a file bound over another through descriptors of exactly
+	// what was checked (bindfile): never over a link, a shared mount under
+	// it detached from its peers first.
+	standIn bool
 }
 
 // sysctlWrite is a sysctl Apply raises (opt-in).

@@ -55,8 +55,8 @@ func writeFlags(cfg *config.Config) int {
 	// view of the system goes to stderr.
 	if cfg.Identity.MachineID || cfg.Identity.ProductUUID {
 		plan, err := identity.Decide(identityOptions(cfg))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "nodeinit: warning: the node's identity:", err)
+		for _, err := range each(err) {
+			fmt.Fprintln(os.Stderr, "nodeinit: warning:", sentence(err))
 		}
 		if plan.Source == identity.Generated {
 			// Only a start makes and keeps one.
@@ -86,21 +86,37 @@ func identityOptions(cfg *config.Config) identity.Options {
 
 // nodeIdentity gives the node a machine-id (and, when asked, a
 // product_uuid) of its own, mounted in nodeinit's mount namespace before
-// the kubelet starts and reads them. A failure is a warning: the node runs
-// with the identity its container has.
+// the kubelet starts and reads them. Each part that fails is one warning
+// saying what the node has instead; what was done is logged either way.
 func nodeIdentity(cfg *config.Config) {
-	o := identityOptions(cfg)
-	plan, err := identity.Decide(o)
-	if err == nil {
-		err = plan.Apply(mountns.InPrivate() || ownMountNamespace())
+	plan, err := identity.Decide(identityOptions(cfg))
+	for _, err := range each(err) {
+		klog.Warning(sentence(err))
 	}
-	if err != nil {
-		klog.Warningf("Cannot give the node an identity of its own, it keeps its container's: %v (--node-machine-id=false turns this off)", err)
-		return
+	done, err := plan.Apply(mountns.InPrivate() || ownMountNamespace())
+	for _, err := range each(err) {
+		klog.Warning(sentence(err))
 	}
-	for _, a := range plan.Adjustments() {
+	for _, a := range done {
 		klog.InfoSDepth(1, a.Msg, a.KV...)
 	}
+}
+
+// sentence is an error as a log line: capitalized.
+func sentence(err error) string {
+	s := err.Error()
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// each is the errors an errors.Join holds, one per line to log.
+func each(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err != nil {
+		return []error{err}
+	}
+	return nil
 }
 
 // ownMountNamespace says nodeinit's mount namespace is its own: it is a

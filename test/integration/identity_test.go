@@ -18,7 +18,7 @@ import (
 // /proc, as a container runtime mounts one; without it nodeinit sees the
 // host's /proc, where it is not 1. It returns what the executor read and
 // nodeinit's log.
-func machineIDAsPID1(t *testing.T, ownProc bool, state string) (read, log string) {
+func machineIDAsPID1(t *testing.T, ownProc bool, state string, flags ...string) (read, log string) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	nodeinit := testenv.BuildRaced(t, "./cmd/nodeinit")
@@ -29,7 +29,7 @@ func machineIDAsPID1(t *testing.T, ownProc bool, state string) (read, log string
 		pidns += " --mount-proc"
 	}
 	script := "mount --bind " + uninit + " /etc/machine-id && exec " + pidns + " " + nodeinit +
-		" --run-proxy=false --identity-dir=" + state + " -- cat /etc/machine-id"
+		" --run-proxy=false --identity-dir=" + state + " " + strings.Join(flags, " ") + " -- cat /etc/machine-id"
 	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script).CombinedOutput()
 	if err != nil {
 		t.Fatalf("nodeinit: %v\n%s", err, out)
@@ -79,5 +79,35 @@ func TestPID1WithTheHostsProcMountsNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(state); err == nil {
 		t.Errorf("%s was made though nothing was mounted", state)
+	}
+}
+
+// A product_uuid that cannot be mounted (a machine without DMI has no
+// product_uuid to mount over) takes nothing from the machine-id: the node
+// has its own, the log says so, and the warning names what failed, what
+// the node has instead, and the switch for it.
+func TestPID1WithoutAProductUUIDKeepsItsOwnMachineID(t *testing.T) {
+	if _, err := os.Stat(identity.ProductUUIDFile); err == nil {
+		t.Skip("this machine has a DMI product_uuid: the failure needs one without")
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	read, log := machineIDAsPID1(t, true, state, "--node-product-uuid")
+	if !identity.Valid(read) {
+		t.Fatalf("the executor read %q; want a machine-id of the node's own\n%s", read, log)
+	}
+	if !strings.Contains(log, `"Mounting a machine-id of the node's own over /etc/machine-id`) {
+		t.Errorf("nodeinit's log does not say it mounted the node's machine-id:\n%s", log)
+	}
+	var warning string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.HasPrefix(l, "W") && strings.Contains(l, "product_uuid") {
+			warning = l
+		}
+	}
+	t.Log(warning)
+	if !strings.Contains(warning, identity.ProductUUIDFile) || !strings.Contains(warning, "systemUUID stays the machine's") ||
+		!strings.Contains(warning, "--node-product-uuid=false") || strings.Contains(warning, "keeps its container's") {
+		t.Errorf("the warning %q should name %s, say the systemUUID stays the machine's and name --node-product-uuid=false; log:\n%s",
+			warning, identity.ProductUUIDFile, log)
 	}
 }
