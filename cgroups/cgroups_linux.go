@@ -11,6 +11,25 @@
 // /proc/self/cgroup and writing cgroup.procs go through
 // github.com/opencontainers/cgroups, /proc/self/mountinfo through
 // github.com/moby/sys/mountinfo.
+//
+// Every cgroup path nodeinit reads is relative to its cgroup namespace, and
+// it acts only through mounts that show that namespace's own tree. A
+// container with a private cgroup namespace (podman's and Docker's default
+// on cgroup v2) and the host's /sys/fs/cgroup bind-mounted in has a mount
+// whose root the kernel shows as "/.." per level above the namespace's
+// root, while /proc/self/cgroup says "/": taken as it reads, the host's
+// root cgroup would look like the container's, to be emptied into /init.
+// Setup refuses that view before it writes anything, with one line saying
+// to run the container with --cgroupns=host or not to mount the host's
+// tree, and nodeinit exits 1 whatever --require-cgroup says. It does not
+// adapt: it could find its own cgroup in the host's tree (the directory
+// that many levels below the mount whose cgroup.procs lists its pid), but
+// that would mend its own view only. The kubelet it starts would still read
+// /proc/<pid>/cgroup relative to the namespace and the files of the host's
+// tree, and a runtime outside the namespace (containerd on the host) writes
+// host paths, so every cgroup path of the node would mean two things;
+// nodeinit has no handle on the host's cgroup namespace to move the kubelet
+// into. One flag of the run fixes it, and a node that half works does not.
 package cgroups
 
 import (
@@ -125,6 +144,11 @@ func place(o Options, act bool) (Result, error) {
 	layout, err := ReadLayout("/")
 	if err != nil {
 		return Result{}, log.failure(o.Require, err)
+	}
+	// Nothing below may act on a tree that is not the namespace's own:
+	// fatal whatever Require says (see the package doc).
+	if err := checkNamespaceView(layout); err != nil {
+		return Result{}, log.failure(true, err)
 	}
 	var res Result
 	evacuate := evacuateByDefault(os.Getpid(), layout)
@@ -361,10 +385,15 @@ func enter(s step, pid int) error {
 
 // evacuateByDefault is the auto value of --cgroup-v2-evacuate: true when
 // nodeinit is PID 1 on a pure v2 host at the root of its cgroup namespace,
-// where the kubelet could not create pod cgroups beside it.
+// where the kubelet could not create pod cgroups beside it, and the
+// cgroup2 mount shows that root (never the host's tree above it).
 func evacuateByDefault(pid int, l Layout) bool {
 	h, ok := l.Unified()
-	return pid == 1 && ok && l.Mode() == V2 && h.Current == "/"
+	if !ok {
+		return false
+	}
+	_, shown := h.Dir("/", "/")
+	return pid == 1 && l.Mode() == V2 && h.Current == "/" && shown
 }
 
 // evacuateRoot moves every process of the namespace's root cgroup into
