@@ -30,6 +30,12 @@
 // host paths, so every cgroup path of the node would mean two things;
 // nodeinit has no handle on the host's cgroup namespace to move the kubelet
 // into. One flag of the run fixes it, and a node that half works does not.
+//
+// Before the first fork Setup also compares the kubelet's cgroup driver
+// with what the container shows of containerd's (SystemdCgroup in
+// /etc/containerd/config.toml, read bounded, by a line scan), of systemd
+// (/run/systemd/system) and of the cgroup namespace, and warns in one line
+// about each disagreement that makes pods fail (driver.go).
 package cgroups
 
 import (
@@ -67,6 +73,15 @@ type Options struct {
 	// root it sets itself, else "/", its default.
 	Limits  bool
 	OwnRoot string
+	// KubeletCgroupDriver is the executor's --cgroup-driver, else its
+	// kubelet configuration's cgroupDriver, "" when neither sets it;
+	// KubeletConfigured says the executor has a kubelet configuration,
+	// where an unset driver is the kubelet's default, cgroupfs. With
+	// either, Setup warns in one line about a driver that containerd's
+	// configuration, the host's systemd or the cgroup namespace disagrees
+	// with.
+	KubeletCgroupDriver string
+	KubeletConfigured   bool
 }
 
 // Result is what Setup found and did.
@@ -152,6 +167,13 @@ func place(o Options, act bool) (Result, error) {
 	}
 	var res Result
 	evacuate := evacuateByDefault(os.Getpid(), layout)
+	if act {
+		d := readDrivers("/", o.KubeletCgroupDriver, o.KubeletConfigured)
+		d.PrivateRoot = evacuate
+		for _, w := range d.warnings() {
+			klog.Warning(w)
+		}
+	}
 	if o.V2Evacuate != nil {
 		evacuate = *o.V2Evacuate
 	}
