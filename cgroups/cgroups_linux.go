@@ -35,7 +35,8 @@
 // with what the container shows of containerd's (SystemdCgroup in
 // /etc/containerd/config.toml, read bounded, by a line scan), of systemd
 // (/run/systemd/system) and of the cgroup namespace, and warns in one line
-// about each disagreement that makes pods fail (driver.go).
+// about each disagreement that makes pods fail (driver.go). A kubelet on
+// the systemd driver gets its cgroup root as that driver names it, or none.
 package cgroups
 
 import (
@@ -111,6 +112,12 @@ type Result struct {
 	Limits     Limits
 	LimitsRoot string
 	LimitsErr  error
+	// rootPath is the cgroup KubeletRoot names, where they differ: a
+	// kubelet with the systemd cgroup driver takes /a/b for
+	// /a.slice/a-b.slice.
+	rootPath string
+	// driver is the kubelet's cgroup driver, "" when unknown.
+	driver string
 }
 
 // Setup evacuates the root of a v2 cgroup namespace when asked (or by
@@ -133,8 +140,14 @@ func prepare(o Options, act bool) (Result, error) {
 		return res, err
 	}
 	res.LimitsRoot = res.KubeletRoot
+	if res.rootPath != "" {
+		res.LimitsRoot = res.rootPath
+	}
 	if res.LimitsRoot == "" {
 		res.LimitsRoot = o.OwnRoot
+		if o.OwnRoot != "" && res.driver == DriverSystemd {
+			res.LimitsRoot = systemdPath(o.OwnRoot)
+		}
 	}
 	if res.LimitsRoot == "" {
 		res.LimitsRoot = "/"
@@ -167,10 +180,11 @@ func place(o Options, act bool) (Result, error) {
 	}
 	var res Result
 	evacuate := evacuateByDefault(os.Getpid(), layout)
+	drivers := readDrivers("/", o.KubeletCgroupDriver, o.KubeletConfigured)
+	drivers.PrivateRoot = evacuate
+	res.driver = drivers.kubelet()
 	if act {
-		d := readDrivers("/", o.KubeletCgroupDriver, o.KubeletConfigured)
-		d.PrivateRoot = evacuate
-		for _, w := range d.warnings() {
+		for _, w := range drivers.warnings() {
 			klog.Warning(w)
 		}
 	}
@@ -236,6 +250,18 @@ func place(o Options, act bool) (Result, error) {
 		return res, log.kubeletFailure(o, err)
 	}
 	res.KubeletRoot = root
+	if res.driver == DriverSystemd && root != "/" {
+		named, ok := systemdRoot(root)
+		if !ok {
+			res.KubeletRoot = ""
+			return res, log.kubeletFailure(o, fmt.Errorf("cgroup %s cannot be the kubelet's cgroup root: its cgroup driver is systemd, "+
+				"which takes a root only as nested slices it names itself (--cgroup-root=/a/b is /a.slice/a-b.slice), and %s is none", root, root))
+		}
+		res.KubeletRoot, res.rootPath = named, root
+		log.Infof("the kubelet can take cgroup %s as its cgroup root, which its systemd cgroup driver names %s: nodeinit is in it in every hierarchy the kubelet checks (%s)",
+			root, named, names(Layout{Hierarchies: KubeletHierarchies(layout)}))
+		return res, nil
+	}
 	if root == "/" {
 		log.Infof("the container's cgroup %s is the root of the cgroup mounts, which is the kubelet's default cgroup root", own)
 	} else {

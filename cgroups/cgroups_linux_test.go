@@ -49,6 +49,10 @@ const (
 	// before it starts its children, so that the namespace root can enable
 	// controllers for its children before Setup.
 	envBelowRoot = "NODEINIT_TEST_BELOW_ROOT"
+	// envDriver sets Options.KubeletCgroupDriver.
+	envDriver = "NODEINIT_TEST_KUBELET_CGROUP_DRIVER"
+	// envOwnRoot sets Options.OwnRoot, with Limits.
+	envOwnRoot = "NODEINIT_TEST_OWN_ROOT"
 )
 
 func TestMain(m *testing.M) {
@@ -88,7 +92,9 @@ func helperOptions() Options {
 	if v, ok := os.LookupEnv(envPrefix); ok {
 		c.MesosPrefix = v
 	}
-	return Options{Cgroup: c, ForKubelet: os.Getenv(envForKubelet) == "true"}
+	own := os.Getenv(envOwnRoot)
+	return Options{Cgroup: c, ForKubelet: os.Getenv(envForKubelet) == "true", KubeletCgroupDriver: os.Getenv(envDriver),
+		Limits: own != "", OwnRoot: own}
 }
 
 // setupHelper calls Setup with the options of its environment and reports.
@@ -898,4 +904,72 @@ func TestSetupOnAPureV2HostLeavesTheKubeletsRootToItsPods(t *testing.T) {
 	if r.KubeletEnabled != "" {
 		t.Errorf("the kubelet could not enable %s in its root %s for its pods: %s", ctrl, cgroup, r.KubeletEnabled)
 	}
+}
+
+// A kubelet on the systemd cgroup driver takes its cgroup root in cgroupfs
+// form and looks for the nested slices it names (/a/b is
+// /a.slice/a-b.slice): a container in a slice gets the root that names it;
+// one in a scope, as a Docker engine on systemd makes, or in /mesos/<id>,
+// gets none and one warning (an error with Require), since the kubelet would
+// exit with "invalid configuration" on the cgroupfs path.
+func TestSetupForAKubeletOnTheSystemdCgroupDriver(t *testing.T) {
+	testenv.RequireRoot(t)
+	l := liveLayout(t)
+	id := strings.TrimPrefix(randomID(t), "test-")
+	inEvery := func(cgroup string) []string {
+		var dirs []string
+		for _, h := range l.Hierarchies {
+			dirs = append(dirs, makeCgroup(t, h, cgroup))
+		}
+		return dirs
+	}
+	t.Run("a slice: named as the driver names it", func(t *testing.T) {
+		slice := "/nodeinittest" + id + ".slice"
+		inEvery(slice)
+		r, log := runHelper(t, "setup", []string{envParent + "=" + slice, envForKubelet + "=true", envRequire + "=true", envDriver + "=systemd"})
+		if r.Err != "" || r.Result.KubeletRoot != "/nodeinittest"+id {
+			t.Errorf("result %+v, error %q; want the kubelet's root /nodeinittest%s\nlog:\n%s", r.Result, r.Err, id, log)
+		}
+		if want := "which its systemd cgroup driver names /nodeinittest" + id; !strings.Contains(log, want) {
+			t.Errorf("log does not say %q:\n%s", want, log)
+		}
+	})
+	t.Run("its own root: limits read where the driver puts it", func(t *testing.T) {
+		slice := "/nodeinittest" + id + "own.slice"
+		inEvery(slice)
+		var pids Hierarchy
+		for _, h := range l.Hierarchies {
+			if slices.Contains(h.Controllers, "pids") {
+				pids = h
+			}
+		}
+		testenv.Require(t, pids.Mountpoint != "", "a v1 pids hierarchy")
+		dir, _ := pids.Dir("/", slice)
+		if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte("77"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, log := runHelper(t, "setup", []string{envOwnRoot + "=/nodeinittest" + id + "own", envDriver + "=systemd"})
+		if r.Result.LimitsRoot != slice || r.Result.Limits.Pids.Value != 77 {
+			t.Errorf("limits %+v of %q, want pids 77 of %s\nlog:\n%s", r.Result.Limits, r.Result.LimitsRoot, slice, log)
+		}
+	})
+	t.Run("a Docker engine's scope: none", func(t *testing.T) {
+		engine := "/system.slice/docker-" + id + ".scope"
+		dirs := inEvery(engine)
+		env := []string{EnvMesosContainerName + "=mesos-" + id, envForKubelet + "=true", envDriver + "=systemd"}
+		want := "cgroup " + engine + " cannot be the kubelet's cgroup root: its cgroup driver is systemd"
+		r, log := runHelperIn(t, dirs, "setup", env)
+		if r.Err != "" || r.Result.KubeletRoot != "" || !strings.Contains(log, want) || !strings.Contains(log, "the executor gets no --cgroup-root") {
+			t.Errorf("result %+v, error %q; want no kubelet root and a warning saying %q\nlog:\n%s", r.Result, r.Err, want, log)
+		}
+		r, _ = runHelperIn(t, dirs, "setup", append(env, envRequire+"=true"))
+		if !strings.HasPrefix(r.Err, "cgroup: "+want) {
+			t.Errorf("with Require: error %q, want %q...", r.Err, "cgroup: "+want)
+		}
+		// The cgroupfs driver takes the scope as it is.
+		r, log = runHelperIn(t, dirs, "setup", env[:2])
+		if r.Err != "" || r.Result.KubeletRoot != engine {
+			t.Errorf("cgroupfs: result %+v, error %q; want the kubelet's root %s\nlog:\n%s", r.Result, r.Err, engine, log)
+		}
+	})
 }

@@ -55,11 +55,7 @@ type drivers struct {
 // kubelet's or the runtime's cgroups fail, none when they agree or cannot
 // be known.
 func (d drivers) warnings() []string {
-	kubelet := d.Kubelet
-	if d.ContainerdAsks && d.Containerd != "" {
-		// The kubelet takes containerd's driver over its own.
-		kubelet = d.Containerd
-	}
+	kubelet := d.kubelet()
 	if kubelet == "" {
 		return nil
 	}
@@ -85,6 +81,15 @@ func (d drivers) warnings() []string {
 			"outside the one this container's /sys/fs/cgroup shows; run the container with --cgroupns=host and the host's /sys/fs/cgroup, or set the kubelet's cgroupDriver to cgroupfs")
 	}
 	return out
+}
+
+// kubelet is the driver the kubelet runs with: containerd's where it
+// takes that over the CRI, else its own; "" when unknown.
+func (d drivers) kubelet() string {
+	if d.ContainerdAsks && d.Containerd != "" {
+		return d.Containerd
+	}
+	return d.Kubelet
 }
 
 // systemdCgroupSetting is the containerd setting that gives driver.
