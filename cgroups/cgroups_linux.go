@@ -244,6 +244,11 @@ func place(o Options, act bool) (Result, error) {
 		if own, err = ownCgroup(layout, res.Evacuated); err != nil {
 			return res, log.kubeletFailure(o, err)
 		}
+		if !res.Evacuated {
+			if res.Joined, err = ownLeaf(layout, o.V2Leaf, act); err != nil {
+				return res, log.kubeletFailure(o, err)
+			}
+		}
 	}
 	root, err := kubeletRoot(layout, "/", own, in)
 	if err != nil {
@@ -295,6 +300,31 @@ func ownCgroup(l Layout, evacuated bool) (string, error) {
 		return "", fmt.Errorf("the container is in different cgroups of the hierarchies the kubelet uses (%s), so none can be its cgroup root", strings.Join(all, " "))
 	}
 	return own, nil
+}
+
+// ownLeaf moves this process into the leaf of the unified cgroup it was
+// started in (as planJoin decides it) when that cgroup is to be the
+// kubelet's root on a pure v2 host and offers controllers: the kubelet
+// enables them there for its pods, which the kernel refuses while nodeinit
+// and its children live in the cgroup itself. It returns where this
+// process is now (or, without act, would be), nil where it stays.
+func ownLeaf(l Layout, leaf string, act bool) (map[string]string, error) {
+	h, ok := l.Unified()
+	if !ok || l.Mode() != V2 {
+		return nil, nil
+	}
+	steps := planJoin(l, "/", h.Current, leaf)
+	if len(steps) != 1 || steps[0].Missing != "" || steps[0].Cgroup == h.Current {
+		return nil, nil
+	}
+	if !act {
+		return map[string]string{h.Name(): steps[0].Cgroup}, nil
+	}
+	joined, err := join(l, h.Current, leaf)
+	if err != nil {
+		return joined, fmt.Errorf("cgroup %s cannot be the kubelet's cgroup root while nodeinit lives in it, and its leaf cannot be joined: %w", h.Current, err)
+	}
+	return joined, nil
 }
 
 // logger is Setup's log; Preview's is quiet, for --write-flags prints

@@ -973,3 +973,35 @@ func TestSetupForAKubeletOnTheSystemdCgroupDriver(t *testing.T) {
 		}
 	})
 }
+
+// A Docker containerizer task on a pure v2 host, in the host's cgroup
+// namespace (--cgroupns=host, as the Marathon app runs it), whose engine
+// cgroup offers controllers: nodeinit moves into that cgroup's leaf, so the
+// kubelet, given the cgroup as its root, can enable them for its pods.
+func TestSetupOfADockerTaskOnAPureV2HostLeavesItsCgroupToThePods(t *testing.T) {
+	testenv.RequireRoot(t)
+	id := strings.TrimPrefix(randomID(t), "test-")
+	// The helper, alone, leaves the namespace root for /init, which the
+	// root then hands its controller: /init is the task's engine cgroup.
+	r, log, ctrl := startInV2NamespaceThen(t, nil, func(h Hierarchy, nsRoot string) {
+		_, ctrl := availableController(t, h)
+		dir, _ := h.Dir("/", nsRoot)
+		enableController(t, dir, ctrl)
+		// Two levels below the namespace root, which its own cleanup
+		// does not reach: removed first.
+		t.Cleanup(func() { _ = unix.Rmdir(filepath.Join(dir, "init", config.Default().Cgroup.V2Leaf)) })
+	}, envBelowRoot+"=true", EnvMesosContainerName+"=mesos-"+id, envForKubelet+"=true", envRequire+"=true", envKubeletEnables+"=/init")
+	if r.Err != "" {
+		t.Fatalf("Setup: %s\nlog:\n%s", r.Err, log)
+	}
+	leaf := path.Join("/init", config.Default().Cgroup.V2Leaf)
+	if r.Result.Joined["unified"] != leaf || r.Result.KubeletRoot != "/init" || r.Result.Evacuated {
+		t.Errorf("result %+v, want unified joined at %s, the kubelet's root /init, no evacuation\nlog:\n%s", r.Result, leaf, log)
+	}
+	if got := cgroupLines(r.Cgroup)[""]; got != leaf {
+		t.Errorf("PID 1 in %q, want %s", got, leaf)
+	}
+	if r.KubeletEnabled != "" {
+		t.Errorf("the kubelet could not enable %s in its root /init for its pods: %s", ctrl, r.KubeletEnabled)
+	}
+}
