@@ -121,12 +121,14 @@ type Result struct {
 }
 
 // Setup evacuates the root of a v2 cgroup namespace when asked (or by
-// default, see EvacuateByDefault), then discovers the container's cgroup,
+// default, see evacuateByDefault), then discovers the container's cgroup,
 // moves this process into it where that is what the runtime expects, and
 // decides whether the kubelet can take it as its cgroup root. Without
 // Require every failure is logged as a warning and nodeinit carries on
 // where it is; with Require, a cgroup it cannot find, join or (with
-// ForKubelet) hand to the kubelet is an error.
+// ForKubelet) hand to the kubelet is an error. A cgroup mount that shows
+// cgroups outside this process's cgroup namespace is always an error, before
+// anything is written (see the package doc).
 func Setup(o Options) (Result, error) { return prepare(o, true) }
 
 // Preview is Setup without its effects and without its log: what Setup
