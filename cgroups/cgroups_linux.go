@@ -11,6 +11,32 @@
 // /proc/self/cgroup and writing cgroup.procs go through
 // github.com/opencontainers/cgroups, /proc/self/mountinfo through
 // github.com/moby/sys/mountinfo.
+//
+// Every cgroup path nodeinit reads is relative to its cgroup namespace, and
+// it acts only through mounts that show that namespace's own tree. A
+// container with a private cgroup namespace (podman's and Docker's default
+// on cgroup v2) and the host's /sys/fs/cgroup bind-mounted in has a mount
+// whose root the kernel shows as "/.." per level above the namespace's
+// root, while /proc/self/cgroup says "/": taken as it reads, the host's
+// root cgroup would look like the container's, to be emptied into /init.
+// Setup refuses that view before it writes anything, with one line saying
+// to run the container with --cgroupns=host or not to mount the host's
+// tree, and nodeinit exits 1 whatever --require-cgroup says. It does not
+// adapt: it could find its own cgroup in the host's tree (the directory
+// that many levels below the mount whose cgroup.procs lists its pid), but
+// that would mend its own view only. The kubelet it starts would still read
+// /proc/<pid>/cgroup relative to the namespace and the files of the host's
+// tree, and a runtime outside the namespace (containerd on the host) writes
+// host paths, so every cgroup path of the node would mean two things;
+// nodeinit has no handle on the host's cgroup namespace to move the kubelet
+// into. One flag of the run fixes it, and a node that half works does not.
+//
+// Before the first fork Setup also compares the kubelet's cgroup driver
+// with what the container shows of containerd's (SystemdCgroup in
+// /etc/containerd/config.toml, read bounded, by a line scan), of systemd
+// (/run/systemd/system) and of the cgroup namespace, and warns in one line
+// about each disagreement that makes pods fail (driver.go). A kubelet on
+// the systemd driver gets its cgroup root as that driver names it, or none.
 package cgroups
 
 import (
@@ -48,6 +74,15 @@ type Options struct {
 	// root it sets itself, else "/", its default.
 	Limits  bool
 	OwnRoot string
+	// KubeletCgroupDriver is the executor's --cgroup-driver, else its
+	// kubelet configuration's cgroupDriver, "" when neither sets it;
+	// KubeletConfigured says the executor has a kubelet configuration,
+	// where an unset driver is the kubelet's default, cgroupfs. With
+	// either, Setup warns in one line about a driver that containerd's
+	// configuration, the host's systemd or the cgroup namespace disagrees
+	// with.
+	KubeletCgroupDriver string
+	KubeletConfigured   bool
 }
 
 // Result is what Setup found and did.
@@ -77,15 +112,23 @@ type Result struct {
 	Limits     Limits
 	LimitsRoot string
 	LimitsErr  error
+	// rootPath is the cgroup KubeletRoot names, where they differ: a
+	// kubelet with the systemd cgroup driver takes /a/b for
+	// /a.slice/a-b.slice.
+	rootPath string
+	// driver is the kubelet's cgroup driver, "" when unknown.
+	driver string
 }
 
 // Setup evacuates the root of a v2 cgroup namespace when asked (or by
-// default, see EvacuateByDefault), then discovers the container's cgroup,
+// default, see evacuateByDefault), then discovers the container's cgroup,
 // moves this process into it where that is what the runtime expects, and
 // decides whether the kubelet can take it as its cgroup root. Without
 // Require every failure is logged as a warning and nodeinit carries on
 // where it is; with Require, a cgroup it cannot find, join or (with
-// ForKubelet) hand to the kubelet is an error.
+// ForKubelet) hand to the kubelet is an error. A cgroup mount that shows
+// cgroups outside this process's cgroup namespace is always an error, before
+// anything is written (see the package doc).
 func Setup(o Options) (Result, error) { return prepare(o, true) }
 
 // Preview is Setup without its effects and without its log: what Setup
@@ -99,8 +142,14 @@ func prepare(o Options, act bool) (Result, error) {
 		return res, err
 	}
 	res.LimitsRoot = res.KubeletRoot
+	if res.rootPath != "" {
+		res.LimitsRoot = res.rootPath
+	}
 	if res.LimitsRoot == "" {
 		res.LimitsRoot = o.OwnRoot
+		if o.OwnRoot != "" && res.driver == DriverSystemd {
+			res.LimitsRoot = systemdPath(o.OwnRoot)
+		}
 	}
 	if res.LimitsRoot == "" {
 		res.LimitsRoot = "/"
@@ -126,8 +175,21 @@ func place(o Options, act bool) (Result, error) {
 	if err != nil {
 		return Result{}, log.failure(o.Require, err)
 	}
+	// Nothing below may act on a tree that is not the namespace's own:
+	// fatal whatever Require says (see the package doc).
+	if err := checkNamespaceView(layout); err != nil {
+		return Result{}, log.failure(true, err)
+	}
 	var res Result
 	evacuate := evacuateByDefault(os.Getpid(), layout)
+	drivers := readDrivers("/", o.KubeletCgroupDriver, o.KubeletConfigured)
+	drivers.PrivateRoot = evacuate
+	res.driver = drivers.kubelet()
+	if act {
+		for _, w := range drivers.warnings() {
+			klog.Warning(w)
+		}
+	}
 	if o.V2Evacuate != nil {
 		evacuate = *o.V2Evacuate
 	}
@@ -184,12 +246,29 @@ func place(o Options, act bool) (Result, error) {
 		if own, err = ownCgroup(layout, res.Evacuated); err != nil {
 			return res, log.kubeletFailure(o, err)
 		}
+		if !res.Evacuated {
+			if res.Joined, err = ownLeaf(layout, o.V2Leaf, act); err != nil {
+				return res, log.kubeletFailure(o, err)
+			}
+		}
 	}
 	root, err := kubeletRoot(layout, "/", own, in)
 	if err != nil {
 		return res, log.kubeletFailure(o, err)
 	}
 	res.KubeletRoot = root
+	if res.driver == DriverSystemd && root != "/" {
+		named, ok := systemdRoot(root)
+		if !ok {
+			res.KubeletRoot = ""
+			return res, log.kubeletFailure(o, fmt.Errorf("cgroup %s cannot be the kubelet's cgroup root: its cgroup driver is systemd, "+
+				"which takes a root only as nested slices it names itself (--cgroup-root=/a/b is /a.slice/a-b.slice), and %s is none", root, root))
+		}
+		res.KubeletRoot, res.rootPath = named, root
+		log.Infof("the kubelet can take cgroup %s as its cgroup root, which its systemd cgroup driver names %s: nodeinit is in it in every hierarchy the kubelet checks (%s)",
+			root, named, names(Layout{Hierarchies: KubeletHierarchies(layout)}))
+		return res, nil
+	}
 	if root == "/" {
 		log.Infof("the container's cgroup %s is the root of the cgroup mounts, which is the kubelet's default cgroup root", own)
 	} else {
@@ -223,6 +302,31 @@ func ownCgroup(l Layout, evacuated bool) (string, error) {
 		return "", fmt.Errorf("the container is in different cgroups of the hierarchies the kubelet uses (%s), so none can be its cgroup root", strings.Join(all, " "))
 	}
 	return own, nil
+}
+
+// ownLeaf moves this process into the leaf of the unified cgroup it was
+// started in (as planJoin decides it) when that cgroup is to be the
+// kubelet's root on a pure v2 host and offers controllers: the kubelet
+// enables them there for its pods, which the kernel refuses while nodeinit
+// and its children live in the cgroup itself. It returns where this
+// process is now (or, without act, would be), nil where it stays.
+func ownLeaf(l Layout, leaf string, act bool) (map[string]string, error) {
+	h, ok := l.Unified()
+	if !ok || l.Mode() != V2 {
+		return nil, nil
+	}
+	steps := planJoin(l, "/", h.Current, leaf)
+	if len(steps) != 1 || steps[0].Missing != "" || steps[0].Cgroup == h.Current {
+		return nil, nil
+	}
+	if !act {
+		return map[string]string{h.Name(): steps[0].Cgroup}, nil
+	}
+	joined, err := join(l, h.Current, leaf)
+	if err != nil {
+		return joined, fmt.Errorf("cgroup %s cannot be the kubelet's cgroup root while nodeinit lives in it, and its leaf cannot be joined: %w", h.Current, err)
+	}
+	return joined, nil
 }
 
 // logger is Setup's log; Preview's is quiet, for --write-flags prints
@@ -361,10 +465,15 @@ func enter(s step, pid int) error {
 
 // evacuateByDefault is the auto value of --cgroup-v2-evacuate: true when
 // nodeinit is PID 1 on a pure v2 host at the root of its cgroup namespace,
-// where the kubelet could not create pod cgroups beside it.
+// where the kubelet could not create pod cgroups beside it, and the
+// cgroup2 mount shows that root (never the host's tree above it).
 func evacuateByDefault(pid int, l Layout) bool {
 	h, ok := l.Unified()
-	return pid == 1 && ok && l.Mode() == V2 && h.Current == "/"
+	if !ok {
+		return false
+	}
+	_, shown := h.Dir("/", "/")
+	return pid == 1 && l.Mode() == V2 && h.Current == "/" && shown
 }
 
 // evacuateRoot moves every process of the namespace's root cgroup into

@@ -41,6 +41,18 @@ const (
 	// envHostCgroupNS guards the evacuation helper against running in the
 	// test's own cgroup namespace, where it would empty the host's root.
 	envHostCgroupNS = "NODEINIT_TEST_HOST_CGROUPNS"
+	// envKubeletEnables names a cgroup in which the namespace-root helper,
+	// after Setup, enables every controller it offers for its children,
+	// as a kubelet does in its cgroup root for its pods.
+	envKubeletEnables = "NODEINIT_TEST_KUBELET_ENABLES"
+	// envBelowRoot makes the namespace-root helper move itself into /init
+	// before it starts its children, so that the namespace root can enable
+	// controllers for its children before Setup.
+	envBelowRoot = "NODEINIT_TEST_BELOW_ROOT"
+	// envDriver sets Options.KubeletCgroupDriver.
+	envDriver = "NODEINIT_TEST_KUBELET_CGROUP_DRIVER"
+	// envOwnRoot sets Options.OwnRoot, with Limits.
+	envOwnRoot = "NODEINIT_TEST_OWN_ROOT"
 )
 
 func TestMain(m *testing.M) {
@@ -65,6 +77,9 @@ type report struct {
 	Cgroup                 string            // the text of /proc/self/cgroup after Setup
 	Children               map[string]string // pid -> text of /proc/<pid>/cgroup
 	RootProcs, RootControl string            // of the cgroup namespace root (evacuation)
+	// KubeletEnabled is what enabling the controllers of envKubeletEnables
+	// for its children gave: "" when every one could be enabled.
+	KubeletEnabled string
 }
 
 func helperOptions() Options {
@@ -77,7 +92,9 @@ func helperOptions() Options {
 	if v, ok := os.LookupEnv(envPrefix); ok {
 		c.MesosPrefix = v
 	}
-	return Options{Cgroup: c, ForKubelet: os.Getenv(envForKubelet) == "true"}
+	own := os.Getenv(envOwnRoot)
+	return Options{Cgroup: c, ForKubelet: os.Getenv(envForKubelet) == "true", KubeletCgroupDriver: os.Getenv(envDriver),
+		Limits: own != "", OwnRoot: own}
 }
 
 // setupHelper calls Setup with the options of its environment and reports.
@@ -127,6 +144,14 @@ func namespaceRootHelper() int {
 	if err := unix.Mount("cgroup2", "/sys/fs/cgroup", "cgroup2", flags, ""); err != nil {
 		return fail(fmt.Errorf("mount cgroup2: %w", err))
 	}
+	if os.Getenv(envBelowRoot) == "true" {
+		if err := os.Mkdir("/sys/fs/cgroup/init", 0o755); err != nil {
+			return fail(err)
+		}
+		if err := occgroups.WriteCgroupProc("/sys/fs/cgroup/init", os.Getpid()); err != nil {
+			return fail(err)
+		}
+	}
 	n, _ := strconv.Atoi(os.Getenv(envChildren))
 	var children []*exec.Cmd
 	for range n {
@@ -157,6 +182,20 @@ func namespaceRootHelper() int {
 	for _, c := range children {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", c.Process.Pid))
 		r.Children[strconv.Itoa(c.Process.Pid)] = string(b)
+	}
+	if cg := os.Getenv(envKubeletEnables); cg != "" {
+		dir := filepath.Join("/sys/fs/cgroup", cg)
+		offered, err := occgroups.ReadFile(dir, "cgroup.controllers")
+		if err != nil {
+			return fail(err)
+		}
+		var failed []string
+		for _, c := range strings.Fields(offered) {
+			if err := occgroups.WriteFile(dir, "cgroup.subtree_control", "+"+c); err != nil {
+				failed = append(failed, fmt.Sprintf("+%s: %v", c, errors.Unwrap(err)))
+			}
+		}
+		r.KubeletEnabled = strings.Join(failed, "; ")
 	}
 	b, _ = os.ReadFile("/sys/fs/cgroup/cgroup.procs")
 	r.RootProcs = string(b)
@@ -583,6 +622,14 @@ func TestSetupUsesTheLeafBelowAV2CgroupThatEnablesControllers(t *testing.T) {
 // unified hierarchy, and returns its report and log.
 func startInV2Namespace(t *testing.T, prepare func(h Hierarchy, nsRoot string), env ...string) (report, string, string) {
 	t.Helper()
+	return startInV2NamespaceThen(t, prepare, nil, env...)
+}
+
+// startInV2NamespaceThen is startInV2Namespace with ready, when not nil,
+// called once the helper runs and unshare has left the namespace root,
+// before the helper calls Setup.
+func startInV2NamespaceThen(t *testing.T, prepare, ready func(h Hierarchy, nsRoot string), env ...string) (report, string, string) {
+	t.Helper()
 	unshare := testenv.RequireTool(t, "unshare")
 	l := liveLayout(t)
 	h, ok := l.Unified()
@@ -634,6 +681,9 @@ func startInV2Namespace(t *testing.T, prepare func(h Hierarchy, nsRoot string), 
 	}
 	if err := occgroups.WriteCgroupProc(back, cmd.Process.Pid); err != nil {
 		t.Fatalf("move unshare out of the namespace root: %v", err)
+	}
+	if ready != nil {
+		ready(h, nsRootCgroup)
 	}
 	fmt.Fprintln(stdin, "go")
 	out, err := io.ReadAll(lines)
@@ -818,5 +868,140 @@ func TestSetupOnAPureV2HostChecksTheKubeletsControllers(t *testing.T) {
 	want := "the controllers " + ctrl + " are not available in it"
 	if r.Result.KubeletRoot != "" || !strings.Contains(log, want) || !strings.Contains(log, "the executor gets no --cgroup-root") {
 		t.Errorf("kubelet root %q, want none and a warning saying %q; log:\n%s", r.Result.KubeletRoot, want, log)
+	}
+}
+
+// On a pure v2 host a cgroup that offers controllers but enables none yet:
+// nodeinit joins its leaf, so that the kubelet, given the cgroup as its
+// root, can enable them for its pods' cgroups, which the kernel refuses
+// while a process lives in the cgroup itself.
+func TestSetupOnAPureV2HostLeavesTheKubeletsRootToItsPods(t *testing.T) {
+	testenv.RequireRoot(t)
+	id := randomID(t)
+	cgroup := "/mesos/" + id
+	// The helper and its child leave the namespace root for /init, so the
+	// root can hand the controller on to /mesos, and /mesos to the cgroup.
+	r, log, ctrl := startInV2NamespaceThen(t, func(h Hierarchy, nsRoot string) {
+		makeCgroup(t, h, nsRoot+cgroup)
+	}, func(h Hierarchy, nsRoot string) {
+		_, ctrl := availableController(t, h)
+		for _, parent := range []string{nsRoot, nsRoot + "/mesos"} {
+			dir, _ := h.Dir("/", parent)
+			enableController(t, dir, ctrl)
+		}
+	}, envBelowRoot+"=true", envChildren+"=1", EnvMesosDirectory+"=/x/runs/"+id, envForKubelet+"=true", envRequire+"=true",
+		envKubeletEnables+"="+cgroup)
+	if r.Err != "" {
+		t.Fatalf("Setup: %s\nlog:\n%s", r.Err, log)
+	}
+	leaf := path.Join(cgroup, config.Default().Cgroup.V2Leaf)
+	if r.Result.Joined["unified"] != leaf || r.Result.KubeletRoot != cgroup {
+		t.Errorf("result %+v, want unified joined at %s and the kubelet's root %s\nlog:\n%s", r.Result, leaf, cgroup, log)
+	}
+	if got := cgroupLines(r.Cgroup)[""]; got != leaf {
+		t.Errorf("PID 1 in %q, want %s", got, leaf)
+	}
+	if r.KubeletEnabled != "" {
+		t.Errorf("the kubelet could not enable %s in its root %s for its pods: %s", ctrl, cgroup, r.KubeletEnabled)
+	}
+}
+
+// A kubelet on the systemd cgroup driver takes its cgroup root in cgroupfs
+// form and looks for the nested slices it names (/a/b is
+// /a.slice/a-b.slice): a container in a slice gets the root that names it;
+// one in a scope, as a Docker engine on systemd makes, or in /mesos/<id>,
+// gets none and one warning (an error with Require), since the kubelet would
+// exit with "invalid configuration" on the cgroupfs path.
+func TestSetupForAKubeletOnTheSystemdCgroupDriver(t *testing.T) {
+	testenv.RequireRoot(t)
+	l := liveLayout(t)
+	id := strings.TrimPrefix(randomID(t), "test-")
+	inEvery := func(cgroup string) []string {
+		var dirs []string
+		for _, h := range l.Hierarchies {
+			dirs = append(dirs, makeCgroup(t, h, cgroup))
+		}
+		return dirs
+	}
+	t.Run("a slice: named as the driver names it", func(t *testing.T) {
+		slice := "/nodeinittest" + id + ".slice"
+		inEvery(slice)
+		r, log := runHelper(t, "setup", []string{envParent + "=" + slice, envForKubelet + "=true", envRequire + "=true", envDriver + "=systemd"})
+		if r.Err != "" || r.Result.KubeletRoot != "/nodeinittest"+id {
+			t.Errorf("result %+v, error %q; want the kubelet's root /nodeinittest%s\nlog:\n%s", r.Result, r.Err, id, log)
+		}
+		if want := "which its systemd cgroup driver names /nodeinittest" + id; !strings.Contains(log, want) {
+			t.Errorf("log does not say %q:\n%s", want, log)
+		}
+	})
+	t.Run("its own root: limits read where the driver puts it", func(t *testing.T) {
+		slice := "/nodeinittest" + id + "own.slice"
+		inEvery(slice)
+		var pids Hierarchy
+		for _, h := range l.Hierarchies {
+			if slices.Contains(h.Controllers, "pids") {
+				pids = h
+			}
+		}
+		testenv.Require(t, pids.Mountpoint != "", "a v1 pids hierarchy")
+		dir, _ := pids.Dir("/", slice)
+		if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte("77"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, log := runHelper(t, "setup", []string{envOwnRoot + "=/nodeinittest" + id + "own", envDriver + "=systemd"})
+		if r.Result.LimitsRoot != slice || r.Result.Limits.Pids.Value != 77 {
+			t.Errorf("limits %+v of %q, want pids 77 of %s\nlog:\n%s", r.Result.Limits, r.Result.LimitsRoot, slice, log)
+		}
+	})
+	t.Run("a Docker engine's scope: none", func(t *testing.T) {
+		engine := "/system.slice/docker-" + id + ".scope"
+		dirs := inEvery(engine)
+		env := []string{EnvMesosContainerName + "=mesos-" + id, envForKubelet + "=true", envDriver + "=systemd"}
+		want := "cgroup " + engine + " cannot be the kubelet's cgroup root: its cgroup driver is systemd"
+		r, log := runHelperIn(t, dirs, "setup", env)
+		if r.Err != "" || r.Result.KubeletRoot != "" || !strings.Contains(log, want) || !strings.Contains(log, "the executor gets no --cgroup-root") {
+			t.Errorf("result %+v, error %q; want no kubelet root and a warning saying %q\nlog:\n%s", r.Result, r.Err, want, log)
+		}
+		r, _ = runHelperIn(t, dirs, "setup", append(env, envRequire+"=true"))
+		if !strings.HasPrefix(r.Err, "cgroup: "+want) {
+			t.Errorf("with Require: error %q, want %q...", r.Err, "cgroup: "+want)
+		}
+		// The cgroupfs driver takes the scope as it is.
+		r, log = runHelperIn(t, dirs, "setup", env[:2])
+		if r.Err != "" || r.Result.KubeletRoot != engine {
+			t.Errorf("cgroupfs: result %+v, error %q; want the kubelet's root %s\nlog:\n%s", r.Result, r.Err, engine, log)
+		}
+	})
+}
+
+// A Docker containerizer task on a pure v2 host, in the host's cgroup
+// namespace (--cgroupns=host, as the Marathon app runs it), whose engine
+// cgroup offers controllers: nodeinit moves into that cgroup's leaf, so the
+// kubelet, given the cgroup as its root, can enable them for its pods.
+func TestSetupOfADockerTaskOnAPureV2HostLeavesItsCgroupToThePods(t *testing.T) {
+	testenv.RequireRoot(t)
+	id := strings.TrimPrefix(randomID(t), "test-")
+	// The helper, alone, leaves the namespace root for /init, which the
+	// root then hands its controller: /init is the task's engine cgroup.
+	r, log, ctrl := startInV2NamespaceThen(t, nil, func(h Hierarchy, nsRoot string) {
+		_, ctrl := availableController(t, h)
+		dir, _ := h.Dir("/", nsRoot)
+		enableController(t, dir, ctrl)
+		// Two levels below the namespace root, which its own cleanup
+		// does not reach: removed first.
+		t.Cleanup(func() { _ = unix.Rmdir(filepath.Join(dir, "init", config.Default().Cgroup.V2Leaf)) })
+	}, envBelowRoot+"=true", EnvMesosContainerName+"=mesos-"+id, envForKubelet+"=true", envRequire+"=true", envKubeletEnables+"=/init")
+	if r.Err != "" {
+		t.Fatalf("Setup: %s\nlog:\n%s", r.Err, log)
+	}
+	leaf := path.Join("/init", config.Default().Cgroup.V2Leaf)
+	if r.Result.Joined["unified"] != leaf || r.Result.KubeletRoot != "/init" || r.Result.Evacuated {
+		t.Errorf("result %+v, want unified joined at %s, the kubelet's root /init, no evacuation\nlog:\n%s", r.Result, leaf, log)
+	}
+	if got := cgroupLines(r.Cgroup)[""]; got != leaf {
+		t.Errorf("PID 1 in %q, want %s", got, leaf)
+	}
+	if r.KubeletEnabled != "" {
+		t.Errorf("the kubelet could not enable %s in its root /init for its pods: %s", ctrl, r.KubeletEnabled)
 	}
 }

@@ -77,7 +77,7 @@ func FuzzDiscover(f *testing.F) {
 // controllers this process is in, each named once, its cgroup the one
 // /proc/self/cgroup gives, its directories below its mount point).
 func FuzzReadLayout(f *testing.F) {
-	for _, host := range []string{"v1", "hybrid", "v2", "nested-mount"} {
+	for _, host := range []string{"v1", "hybrid", "v2", "nested-mount", "v2-private-host-tree", "v1-private-host-tree", "v2-outside-own-namespace"} {
 		mi, err := os.ReadFile(filepath.Join("testdata", host, "mountinfo"))
 		if err != nil {
 			f.Fatal(err)
@@ -140,7 +140,11 @@ func FuzzReadLayout(f *testing.F) {
 				t.Errorf("hierarchy %q: current cgroup %q, /proc/self/cgroup gives %q", h.Name(), h.Current, want)
 			}
 			base := filepath.Join(root, h.Mountpoint)
-			if dir, ok := h.Dir(root, h.Root); !ok || dir != base {
+			// A mount whose root lies outside this process's cgroup
+			// namespace ("/.." forms) reaches nothing it can name.
+			if dir, ok := h.Dir(root, h.Root); outsideNamespace(h.Root) && ok {
+				t.Errorf("hierarchy %q: the mount shows %q, outside the cgroup namespace, yet resolves it at %q", h.Name(), h.Root, dir)
+			} else if !outsideNamespace(h.Root) && (!ok || dir != base) {
 				t.Errorf("hierarchy %q: the mount's own cgroup %q is at %q, %v; want %q", h.Name(), h.Root, dir, ok, base)
 			}
 			if dir, ok := h.Dir(root, target); ok && dir != base && !strings.HasPrefix(dir, base+"/") && base != "/" {

@@ -3,6 +3,7 @@ package cgroups
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -121,4 +122,50 @@ func kubeletNeeds(l Layout) string {
 		return "unified hierarchy, with the controllers " + strings.Join(kubeletV2, " ") + " where the hierarchy has them"
 	}
 	return strings.Join(kubeletV1, " ") + " hierarchies"
+}
+
+// systemdRoot returns the --cgroup-root under which a kubelet with the
+// systemd cgroup driver finds cgroup (a path below its cgroup mounts). That
+// driver takes the root in cgroupfs form and turns it into nested slices,
+// each named after all the elements up to it, with "-" in an element
+// written "_" (the kubelet's CgroupName.ToSystemd): "/a/b" is
+// /a.slice/a-b.slice. A cgroup of another shape (a .scope, /mesos/<id>) is
+// no root such a kubelet can be given: false.
+func systemdRoot(cgroup string) (string, bool) {
+	cgroup = path.Clean("/" + cgroup)
+	if cgroup == "/" {
+		return "/", true
+	}
+	var elems []string
+	prefix := ""
+	for e := range strings.SplitSeq(strings.TrimPrefix(cgroup, "/"), "/") {
+		name, ok := strings.CutSuffix(e, ".slice")
+		if !ok {
+			return "", false
+		}
+		rest, ok := strings.CutPrefix(name, prefix)
+		if !ok || rest == "" || strings.Contains(rest, "-") {
+			return "", false
+		}
+		elems = append(elems, strings.ReplaceAll(rest, "_", "-"))
+		prefix = name + "-"
+	}
+	return "/" + strings.Join(elems, "/"), true
+}
+
+// systemdPath is the cgroup a kubelet with the systemd cgroup driver takes
+// for its --cgroup-root root: systemdRoot's inverse.
+func systemdPath(root string) string {
+	root = path.Clean("/" + root)
+	if root == "/" {
+		return "/"
+	}
+	var out strings.Builder
+	prefix := ""
+	for e := range strings.SplitSeq(strings.TrimPrefix(root, "/"), "/") {
+		prefix += strings.ReplaceAll(e, "-", "_")
+		out.WriteString("/" + prefix + ".slice")
+		prefix += "-"
+	}
+	return out.String()
 }

@@ -139,3 +139,37 @@ func TestOwnCgroup(t *testing.T) {
 		}
 	}
 }
+
+// The kubelet's systemd driver turns a cgroupfs-form root into nested
+// slices (its own example: {kubepods, burstable, pod1234-abcd-5678-efgh}
+// is /kubepods.slice/kubepods-burstable.slice/
+// kubepods-burstable-pod1234_abcd_5678_efgh.slice); systemdRoot goes back.
+func TestSystemdRoot(t *testing.T) {
+	tests := []struct {
+		cgroup, root string
+		ok           bool
+	}{
+		{"/", "/", true},
+		{"/node1.slice", "/node1", true},
+		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_abcd_5678_efgh.slice", "/kubepods/burstable/pod1234-abcd-5678-efgh", true},
+		{"/system.slice/docker-4f1e.scope", "", false},
+		{"/machine.slice/libpod-5d1c.scope/container", "", false},
+		{"/mesos/abc", "", false},
+		{"/a.slice/b.slice", "", false},     // b.slice is no child of a.slice
+		{"/a.slice/a-.slice", "", false},    // an empty element
+		{"/a-b.slice", "", false},           // systemd puts a-b.slice below a.slice
+		{"/a.slice/a-b-c.slice", "", false}, // below a-b.slice
+		{"/.slice", "", false},
+	}
+	for _, tt := range tests {
+		root, ok := systemdRoot(tt.cgroup)
+		if root != tt.root || ok != tt.ok {
+			t.Errorf("systemdRoot(%q) = %q, %v; want %q, %v", tt.cgroup, root, ok, tt.root, tt.ok)
+		}
+		if ok {
+			if back := systemdPath(root); back != tt.cgroup {
+				t.Errorf("systemdPath(%q) = %q, want %q", root, back, tt.cgroup)
+			}
+		}
+	}
+}

@@ -67,7 +67,13 @@ func (h Hierarchy) Dir(fsRoot, cgroup string) (string, bool) {
 }
 
 // relCgroup returns cgroup relative to root, when it lies at or below it.
+// A path outside nodeinit's cgroup namespace (outsideNamespace) lies below
+// nothing nodeinit can name: Clean would turn "/../.." into "/", the
+// namespace's root, which it is not.
 func relCgroup(root, cgroup string) (string, bool) {
+	if outsideNamespace(root) || outsideNamespace(cgroup) {
+		return "", false
+	}
 	root, cgroup = path.Clean("/"+root), path.Clean("/"+cgroup)
 	if root == "/" {
 		return cgroup, true
@@ -77,6 +83,23 @@ func relCgroup(root, cgroup string) (string, bool) {
 	}
 	rest, ok := strings.CutPrefix(cgroup, root+"/")
 	return "/" + rest, ok
+}
+
+// outsideNamespace reports whether p, a cgroup path as the kernel shows it
+// to this process (a mount's root in /proc/self/mountinfo, a cgroup in
+// /proc/self/cgroup), lies outside the root of this process's cgroup
+// namespace. The kernel writes such a path relative to the namespace's
+// root, with one "/.." for each level up to the closest common ancestor
+// and then the names down from it (kernfs_path_from_node, which
+// cgroup_show_path and /proc/<pid>/cgroup use): "/../.." is an ancestor of
+// the root, "/../x" beside it. No other path has a ".." element.
+func outsideNamespace(p string) bool {
+	for e := range strings.SplitSeq(p, "/") {
+		if e == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // Layout is the set of cgroup hierarchies this process can see.

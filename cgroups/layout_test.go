@@ -99,6 +99,7 @@ func TestPlanJoin(t *testing.T) {
 		cgroup  string
 		dirs    []string
 		control map[string]string
+		offered map[string]string // cgroup.controllers by directory
 		want    []want
 	}{
 		{name: "v1: joins where the cgroup exists, names the others",
@@ -137,6 +138,25 @@ func TestPlanJoin(t *testing.T) {
 			control: map[string]string{"sys/fs/cgroup/mesos/abc": ""},
 			want:    []want{{hierarchy: "unified", cgroup: "/mesos/abc", dir: "sys/fs/cgroup/mesos/abc"}},
 		},
+		{name: "v2: controllers offered, none enabled yet: a new leaf, so that a kubelet can enable them for its pods",
+			host: "v2", cgroup: "/mesos/abc", dirs: []string{"sys/fs/cgroup/mesos/abc"},
+			control: map[string]string{"sys/fs/cgroup/mesos/abc": ""},
+			offered: map[string]string{"sys/fs/cgroup/mesos/abc": "cpu memory pids\n"},
+			want:    []want{{hierarchy: "unified", cgroup: "/mesos/abc/leaf", dir: "sys/fs/cgroup/mesos/abc/leaf", createLeaf: true}},
+		},
+		{name: "hybrid: a controller offered in the unified hierarchy, whose cgroups the kubelet does not make: the cgroup itself",
+			host: "hybrid", cgroup: "/mesos/abc",
+			dirs: []string{"sys/fs/cgroup/cpu/mesos/abc", "sys/fs/cgroup/cpuacct/mesos/abc", "sys/fs/cgroup/memory/mesos/abc",
+				"sys/fs/cgroup/systemd/mesos/abc", "sys/fs/cgroup/unified/mesos/abc"},
+			control: map[string]string{"sys/fs/cgroup/unified/mesos/abc": ""},
+			offered: map[string]string{"sys/fs/cgroup/unified/mesos/abc": "hugetlb\n"},
+			want: []want{
+				{hierarchy: "cpu", cgroup: "/mesos/abc", dir: "sys/fs/cgroup/cpu/mesos/abc"},
+				{hierarchy: "cpuacct", cgroup: "/mesos/abc", dir: "sys/fs/cgroup/cpuacct/mesos/abc"},
+				{hierarchy: "memory", cgroup: "/mesos/abc", dir: "sys/fs/cgroup/memory/mesos/abc"},
+				{hierarchy: "name=systemd", cgroup: "/mesos/abc", dir: "sys/fs/cgroup/systemd/mesos/abc"},
+				{hierarchy: "unified", cgroup: "/mesos/abc", dir: "sys/fs/cgroup/unified/mesos/abc"},
+			}},
 		{name: "v2: missing",
 			host: "v2", cgroup: "/mesos/abc",
 			want: []want{{hierarchy: "unified", cgroup: "/mesos/abc", missing: "cgroup /mesos/abc does not exist in the unified hierarchy"}},
@@ -151,6 +171,11 @@ func TestPlanJoin(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := fakeRoot(t, tt.host, tt.dirs, tt.control)
+			for d, text := range tt.offered {
+				if err := os.WriteFile(filepath.Join(root, d, "cgroup.controllers"), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 			l, err := ReadLayout(root)
 			if err != nil {
 				t.Fatal(err)

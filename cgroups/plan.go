@@ -26,7 +26,11 @@ type step struct {
 // A v1 hierarchy joins the cgroup where it exists. The unified hierarchy
 // does too, unless the cgroup's cgroup.subtree_control enables a controller:
 // a process may not live in such a cgroup on v2 (docs/design.md, rule 5), so
-// the plan uses the leaf child <cgroup>/<leaf> instead.
+// the plan uses the leaf child <cgroup>/<leaf> instead. On a pure v2 host
+// the leaf is used too where the cgroup offers a controller (its
+// cgroup.controllers) that it does not enable yet: a kubelet given the
+// cgroup as its root enables them for its pods' cgroups, which the kernel
+// refuses (EBUSY) while nodeinit, the kubelet and the proxy live in it.
 func planJoin(l Layout, fsRoot, cgroup, leaf string) []step {
 	var steps []step
 	for _, h := range l.Hierarchies {
@@ -42,7 +46,10 @@ func planJoin(l Layout, fsRoot, cgroup, leaf string) []step {
 		}
 		if s.Dir != "" && h.Unified {
 			control, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
-			if err == nil && hasController(string(control)) {
+			enables := err == nil && hasController(string(control))
+			offered, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+			offers := err == nil && hasController(string(offered)) && l.Mode() == V2
+			if enables || offers {
 				s.Cgroup = path.Join(cgroup, leaf)
 				s.Dir = filepath.Join(dir, leaf)
 				s.CreateLeaf = !isDir(s.Dir)

@@ -30,7 +30,7 @@ func writeFlags(cfg *config.Config) int {
 	env := childEnv(cfg)
 	kubelet, _ := node.ReadKubeletConfig(cfg.Executor.Args)
 	root, own := node.OwnCgroupRoot(cfg.Executor.Args, kubelet)
-	cg, err := cgroups.Preview(cgroupOptions(cfg, root, own))
+	cg, err := cgroups.Preview(cgroupOptions(cfg, root, own, kubelet))
 	if err != nil {
 		klog.ErrorS(err, "Cannot discover the container")
 		return exitFailure
@@ -150,10 +150,12 @@ func ownMountNamespace() bool {
 // handed to the executor when executor.containPodResources is on and own
 // (node.OwnCgroupRoot) says the executor sets no cgroup root itself, and,
 // with executor.sizeNodeToContainer, the limits to read on the kubelet's
-// cgroup root (root: the one the executor sets, if any).
-func cgroupOptions(cfg *config.Config, root, own string) cgroups.Options {
+// cgroup root (root: the one the executor sets, if any), and the kubelet's
+// cgroup driver to check.
+func cgroupOptions(cfg *config.Config, root, own string, kubelet node.KubeletConfig) cgroups.Options {
 	return cgroups.Options{Cgroup: cfg.Cgroup, ForKubelet: cfg.Executor.ContainPodResources && own == "",
-		Limits: cfg.Executor.SizeNodeToContainer, OwnRoot: root}
+		Limits: cfg.Executor.SizeNodeToContainer, OwnRoot: root,
+		KubeletCgroupDriver: kubelet.CgroupDriver(), KubeletConfigured: len(kubelet.Files) > 0}
 }
 
 // childEnv is the children's environment: nodeinit's own, with PATH as the
@@ -229,7 +231,7 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 	if own != "" {
 		klog.InfoS("The executor sets its own cgroup root, so nodeinit adds none", "cgroupRoot", root, "from", own)
 	}
-	cg, err := cgroups.Setup(cgroupOptions(cfg, root, own))
+	cg, err := cgroups.Setup(cgroupOptions(cfg, root, own, kubelet))
 	if err != nil {
 		klog.ErrorS(err, "Cannot join the container's cgroup")
 		return exitFailure

@@ -1,7 +1,8 @@
 // Package mountcg tests the mount namespace and cgroup preparation of the
 // built nodeinit binary, and the cgroup faults a node meets in the field (a
 // read-only cgroupfs, a cgroup removed before nodeinit joins it, a v2 cgroup
-// that hands controllers to its children): nodeinit runs as PID 1 of new
+// that hands controllers to its children, a private cgroup namespace with
+// the host's tree or its own mounted): nodeinit runs as PID 1 of new
 // pid and mount namespaces (unshare --pid --fork --mount-proc) with the
 // project's task helper as executor and proxy, and the tests read where each
 // of the three ended up and what nodeinit said.
@@ -61,6 +62,9 @@ type nodeOptions struct {
 	// runtime starts a container's first process in the container's
 	// cgroups: a shell moves itself into each, then execs nodeinit.
 	cgroups []string
+	// prefix runs first, inside the new namespaces, and execs the rest
+	// of its arguments (nodeinit and its own), keeping the pid.
+	prefix []string
 }
 
 // startInCgroups is the shell that moves itself into the cgroup directories
@@ -85,7 +89,7 @@ func startNodeWith(t *testing.T, o nodeOptions, env []string, flags ...string) *
 		bin = "/bin/sh"
 	}
 	return &node{t: t, Node: testenv.Launch(t, testenv.Options{
-		MountNS: true, Propagation: o.propagation, ReadOnly: o.readOnly, Env: env, Dir: dir,
+		MountNS: true, Propagation: o.propagation, ReadOnly: o.readOnly, Env: env, Dir: dir, Prefix: o.prefix,
 		// unshare --mount-proc makes a mount namespace of private mounts,
 		// so a read-only remount cannot reach the host.
 		Binary: bin,
