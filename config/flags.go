@@ -125,7 +125,7 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	fs.Lookup("cgroup-v2-evacuate").NoOptDefVal = "true"
 	bind(f, "cgroup-v2-evacuate", "cgroup.v2Evacuate", func(c *Config) **bool { return &c.Cgroup.V2Evacuate })
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.V2Leaf }, "cgroup-v2-leaf", "cgroup.v2Leaf",
-		"the `NAME` of the leaf below the joined cgroup that nodeinit uses on cgroup v2 when that cgroup enables controllers for its children")
+		"the `NAME` of the leaf below the joined cgroup that nodeinit uses on cgroup v2 when that cgroup enables controllers for its children, or (on a pure v2 host) offers any")
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Identity.MachineID }, "node-machine-id", "identity.machineID",
 		"when /etc/machine-id is missing, empty, uninitialized or --image-machine-id, bind-mount a machine-id of the node's own over it: the host's when nodeinit shares the host's pid namespace, else one generated once and kept in --identity-dir")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Identity.ImageMachineID }, "image-machine-id", "identity.imageMachineID",
