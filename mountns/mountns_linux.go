@@ -32,6 +32,14 @@ const selfExe = "/proc/self/exe"
 
 var inPrivate bool
 
+// The process's own facts, as variables so that nothing is read at
+// package init and a test can name them.
+var (
+	pid      = os.Getpid
+	ppid     = os.Getppid
+	readlink = os.Readlink
+)
+
 // Enter moves the whole process into a new mount namespace whose "/" is
 // MS_SLAVE|MS_REC, keeping its pid.
 //

@@ -93,7 +93,7 @@ func nodeIdentity(cfg *config.Config) {
 	for _, err := range each(err) {
 		klog.Warning(sentence(err))
 	}
-	done, err := plan.Apply(mountns.InPrivate() || ownMountNamespace())
+	done, err := plan.Apply(mountns.Own())
 	for _, err := range each(err) {
 		klog.Warning(sentence(err))
 	}
@@ -117,33 +117,6 @@ func each(err error) []error {
 		return []error{err}
 	}
 	return nil
-}
-
-// ownMountNamespace says nodeinit's mount namespace is its own: it is a
-// container's PID 1, or its namespace is not that of PID 1 of its pid
-// namespace or not its parent's: in a container that shares
-// the host's pid namespace, PID 1 is the host's init and the parent the
-// runtime's monitor (conmon), both in the host's mount namespace. Where
-// neither can be read, it says no.
-func ownMountNamespace() bool {
-	// PID 1 whose /proc is its pid namespace's: a container's init, whose
-	// runtime mounted that /proc in the container's mount namespace. PID 1
-	// of a pid namespace made without one (unshare --pid --fork alone)
-	// still sees the host's /proc, where it is not 1.
-	if os.Getpid() == 1 {
-		me, err := os.Readlink("/proc/self")
-		return err == nil && me == "1"
-	}
-	self, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		return false
-	}
-	for _, other := range []string{"/proc/1/ns/mnt", fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid())} {
-		if ns, err := os.Readlink(other); err == nil && ns != self {
-			return true
-		}
-	}
-	return false
 }
 
 // cgroupOptions are the cgroup settings, with the container's cgroup to be
