@@ -115,26 +115,38 @@ func checkSwap(p *Plan, h *host, in Input) {
 	if len(swaps) == 0 {
 		return
 	}
-	where := "failSwapOn is unset (the kubelet's default is true)"
-	if in.Kubelet.FailSwapOn != nil {
-		where = fmt.Sprintf("failSwapOn is %t in %s", *in.Kubelet.FailSwapOn, strings.Join(in.Kubelet.Files, " "))
-		if !*in.Kubelet.FailSwapOn {
-			return
-		}
+	on, where, fix := kubeletFailSwapOn(in)
+	if !on {
+		return
 	}
-	if v, ok := flagOf(in.Config.Executor.Args, "fail-swap-on"); ok {
-		on, err := strconv.ParseBool(v)
-		if v != "" && err == nil && !on {
-			return
-		}
-		where = "the kubelet's --fail-swap-on is true"
+	p.refuse("Swap is on (%s) and %s, so the kubelet would exit: %s, or turn swap off",
+		strings.Join(swaps, ", "), where, fix)
+}
+
+// kubeletFailSwapOn is the kubelet's failSwapOn, where it comes from, and
+// how to turn it off. The kubelet parses its flags again over its
+// configuration file, so its --fail-swap-on (the last one; bare, it means
+// true) wins over failSwapOn; without either the default is true.
+func kubeletFailSwapOn(in Input) (on bool, where, fix string) {
+	files := strings.Join(in.Kubelet.Files, " ")
+	flag, set, err := boolFlagOf(in.Config.Executor.Args, "fail-swap-on")
+	switch {
+	case err != nil:
+		// The kubelet refuses the flag itself, and says so.
+		return false, "", ""
+	case set && in.Kubelet.FailSwapOn != nil && *in.Kubelet.FailSwapOn != flag:
+		where = fmt.Sprintf("the kubelet's --fail-swap-on=%t, which it takes over failSwapOn: %t in %s", flag, *in.Kubelet.FailSwapOn, files)
+		return flag, where, "pass the kubelet --fail-swap-on=false"
+	case set:
+		return flag, fmt.Sprintf("the kubelet's --fail-swap-on=%t", flag), "pass the kubelet --fail-swap-on=false"
+	case in.Kubelet.FailSwapOn != nil:
+		return *in.Kubelet.FailSwapOn, fmt.Sprintf("failSwapOn is %t in %s", *in.Kubelet.FailSwapOn, files), "set failSwapOn: false in " + files
 	}
 	file := in.Kubelet.File
 	if file == "" {
 		file = "the kubelet's configuration"
 	}
-	p.refuse("Swap is on (%s) and %s, so the kubelet would exit: set failSwapOn: false in %s, or turn swap off",
-		strings.Join(swaps, ", "), where, file)
+	return true, "failSwapOn is unset (the kubelet's default is true)", "set failSwapOn: false in " + file
 }
 
 // cadvisorFSTypes are the file systems the kubelet's cAdvisor finds a

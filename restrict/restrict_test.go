@@ -414,3 +414,47 @@ func TestRootfsDevice(t *testing.T) {
 		})
 	}
 }
+
+// The kubelet takes --fail-swap-on over its configuration's failSwapOn
+// (it parses its flags again over the file), so the flag decides wherever
+// it is given, and a bare --fail-swap-on means true.
+func TestSwapTheFlagWinsOverTheFile(t *testing.T) {
+	yes, no := true, false
+	const file = "/etc/kubelet.yaml"
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		file    *bool
+		refusal string // words of the refusal; "" for none
+	}{
+		{name: "nothing set: the kubelet's default, true", refusal: "failSwapOn is unset (the kubelet's default is true)"},
+		{name: "file false", file: &no},
+		{name: "file true", file: &yes, refusal: "failSwapOn is true in " + file},
+		{name: "flag false", args: []string{"--fail-swap-on=false"}},
+		{name: "flag true", args: []string{"--fail-swap-on=true"}, refusal: "the kubelet's --fail-swap-on=true"},
+		{name: "file false, flag true: the flag wins", args: []string{"--fail-swap-on=true"}, file: &no,
+			refusal: "the kubelet's --fail-swap-on=true, which it takes over failSwapOn: false in " + file},
+		{name: "file false, bare flag: true, the flag wins", args: []string{"--fail-swap-on"}, file: &no,
+			refusal: "the kubelet's --fail-swap-on=true"},
+		{name: "file true, flag false: the flag wins", args: []string{"--fail-swap-on=false"}, file: &yes},
+		{name: "the last flag counts", args: []string{"-fail-swap-on=false", "--fail-swap-on=true"}, file: &no,
+			refusal: "--fail-swap-on=true"},
+		{name: "the last flag counts, false", args: []string{"--fail-swap-on", "--fail-swap-on=false"}},
+		{name: "after --, not the kubelet's", args: []string{"--", "--fail-swap-on=true"}, file: &no},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := hostLike()
+			c.files["proc/swaps"] += "/swapfile file 1048572 0 -2\n"
+			cfg := kubeletConfig(config.Default())
+			cfg.Executor.Args = tc.args
+			kc := node.KubeletConfig{FailSwapOn: tc.file}
+			if tc.file != nil {
+				kc.File, kc.Files = file, []string{file}
+			}
+			p := Inspect(Input{Root: c.write(t), Config: cfg, Kubelet: kc})
+			if !strings.Contains(p.Refusal, tc.refusal) || (tc.refusal == "") != (p.Refusal == "") {
+				t.Errorf("refusal %q; want one with %q", p.Refusal, tc.refusal)
+			}
+		})
+	}
+}
