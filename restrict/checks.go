@@ -35,7 +35,12 @@ const userNamespaceGate = "KubeletInUserNamespace"
 
 // checkCgroupfs remounts a read-only cgroupfs read-write (k0s does the
 // same): the kubelet makes the pods' cgroups in it. Only with
-// CAP_SYS_ADMIN; without, one line says what to give the container.
+// CAP_SYS_ADMIN, and only a mount of the container's own cgroups (see
+// ownCgroupMount): a read-only mount of the host's whole tree (a container
+// without a cgroup namespace of its own on cgroup v2) is refused in one
+// line, since making it writable would open every cgroup of the host to
+// the container. Without CAP_SYS_ADMIN, one line says what to give the
+// container.
 func checkCgroupfs(p *Plan, h *host, in Input) {
 	if !isKubelet(in) {
 		return
@@ -49,6 +54,11 @@ func checkCgroupfs(p *Plan, h *host, in Input) {
 				"run the container with its cgroupfs read-write (privileged, or podman's --security-opt unmask=/sys/fs/cgroup)", m.Mountpoint)
 			continue
 		}
+		if own, why := h.ownCgroupMount(m); !own {
+			p.refuse("The cgroupfs at %s is mounted read-only and %s: nodeinit does not make it writable; "+
+				"run the container with a cgroup namespace of its own (--cgroupns=private) or with its cgroupfs read-write", m.Mountpoint, why)
+			continue
+		}
 		// A bind remount changes this mount alone, keeping its other flags
 		// (a user namespace may not drop nosuid, nodev or noexec).
 		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND)
@@ -60,7 +70,8 @@ func checkCgroupfs(p *Plan, h *host, in Input) {
 		}
 		p.mounts = append(p.mounts, mount{target: m.Mountpoint, flags: flags})
 		p.adjust(config.CheckCgroupfs, "remount "+m.Mountpoint+" read-write",
-			"the cgroupfs is mounted read-only and the kubelet makes the pods' cgroups in it; nodeinit has CAP_SYS_ADMIN")
+			"the cgroupfs is mounted read-only and the kubelet makes the pods' cgroups in it; it shows the container's own cgroups (%s), and nodeinit has CAP_SYS_ADMIN",
+			h.cgroupMountRoot(m))
 	}
 }
 
