@@ -37,8 +37,9 @@ type Carried struct {
 // only on the path of nodeinit's own re-exec: the mount namespace's re-exec
 // marker is there and names a namespace other than this one, and the
 // variable carries this process's mark (processMark: its pid, its start
-// time and its executable, which the execve keeps and nothing outside can
-// know before the process starts). A variable in the environment nodeinit
+// time and its executable, which the execve keeps, and which a variable
+// set before nodeinit started could name only by guessing its start time
+// to the clock tick). A variable in the environment nodeinit
 // was started with, a user's or an image's, is removed and changes
 // nothing: the signals ignored at start are then read from the kernel.
 func TakeCarried() (Carried, error) {
@@ -189,10 +190,9 @@ func takeKernelPending(sigs []os.Signal) []syscall.Signal {
 	return taken
 }
 
-// processMark names this process in a way an execve keeps and no one can
-// set up before it starts: its pid, its start time (in clock ticks since
-// boot, field 22 of /proc/self/stat) and the device and inode of its
-// executable.
+// processMark names this process in a way an execve keeps: its pid, its
+// start time (in clock ticks since boot, field 22 of /proc/self/stat) and
+// the device and inode of its executable.
 func processMark() (string, error) {
 	stat, err := os.ReadFile("/proc/self/stat")
 	if err != nil {
