@@ -115,18 +115,25 @@ func ReadLimits(l Layout, fsRoot, root string) (Limits, error) {
 				break
 			}
 		}
-		// The effective cpuset of the cgroup itself already is what its
-		// ancestors allow.
-		switch dir := filepath.Join(base, root); {
-		case h.Unified:
-			read := cpusetReader(dir, root, "cpuset.cpus.effective", &errs)
-			if n, from := read(); from != "" {
-				keep(&lim.CPU, n*1000, from)
-			}
-		case has("cpuset"):
-			read := cpusetReader(dir, root, "cpuset.effective_cpus", &errs)
-			if n, from := read(); from != "" {
-				keep(&lim.CPU, n*1000, from)
+		// The CPUs a cgroup's processes run on are the effective cpuset of
+		// the nearest cgroup, itself or an ancestor, that has one: on v2 a
+		// cgroup without the cpuset controller has no cpuset files and is
+		// bound by its ancestor's. An effective cpuset already is what the
+		// ancestors above it allow.
+		file := "cpuset.effective_cpus"
+		if h.Unified {
+			file = "cpuset.cpus.effective"
+		}
+		if h.Unified || has("cpuset") {
+			for cg := root; ; cg = path.Dir(cg) {
+				read := cpusetReader(filepath.Join(base, cg), cg, file, &errs)
+				if n, from := read(); from != "" {
+					keep(&lim.CPU, n*1000, from)
+					break
+				}
+				if cg == "/" {
+					break
+				}
 			}
 		}
 	}
@@ -135,7 +142,7 @@ func ReadLimits(l Layout, fsRoot, root string) (Limits, error) {
 
 // cpusetReader reads the number of CPUs in a cpuset file of dir; an empty
 // or missing file limits nothing (a v2 cgroup without the cpuset
-// controller shows its parent's, the root none).
+// controller has none: its processes run on an ancestor's).
 func cpusetReader(dir, cg, file string, errs *[]error) func() (int64, string) {
 	return func() (int64, string) {
 		text, err := os.ReadFile(filepath.Join(dir, file))

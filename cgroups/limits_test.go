@@ -78,6 +78,22 @@ func TestReadLimits(t *testing.T) {
 				"sys/fs/cgroup/node/cpuset.cpus.effective": "2,5\n",
 			},
 			want: Limits{CPU: Limit{2000, "cpuset.cpus.effective of cgroup /node (2,5)"}}},
+		{name: "v2: a cpuset on an ancestor binds a cgroup without the cpuset controller", host: "v2", root: "/node/kubelet",
+			files: map[string]string{
+				// cpuset is not enabled for /node/kubelet: it has no cpuset
+				// files, and its processes run on /node's CPUs.
+				"sys/fs/cgroup/node/kubelet/cpu.max":       "max 100000\n",
+				"sys/fs/cgroup/node/cpuset.cpus.effective": "3\n",
+				"sys/fs/cgroup/cpuset.cpus.effective":      "0-7\n",
+			},
+			want: Limits{CPU: Limit{1000, "cpuset.cpus.effective of cgroup /node (3)"}}},
+		{name: "v2: the nearest cpuset is the effective one", host: "v2", root: "/node/kubelet",
+			files: map[string]string{
+				"sys/fs/cgroup/node/kubelet/cpuset.cpus.effective": "2-3\n",
+				"sys/fs/cgroup/node/cpuset.cpus.effective":         "0-3\n",
+				"sys/fs/cgroup/cpuset.cpus.effective":              "0-7\n",
+			},
+			want: Limits{CPU: Limit{2000, "cpuset.cpus.effective of cgroup /node/kubelet (2-3)"}}},
 		{name: "v2: a private cgroup namespace, its root the container", host: "v2", root: "/",
 			files: map[string]string{"sys/fs/cgroup/memory.max": "536870912\n"},
 			want:  Limits{Memory: Limit{536870912, "memory.max of cgroup /"}}},

@@ -165,7 +165,7 @@ func sizeNode(m Machine, limits cgroups.Limits, root string, args []string, kc K
 	kube := kubeletReservation(args, "kube-reserved", kc.KubeReserved, kc, "kubeReserved", "=")
 	eviction := kubeletReservation(args, "eviction-hard", kc.EvictionHard, kc, "evictionHard", "<")
 	// Without a --config file the kubelet has no default threshold, and
-	// ReadKubeletConfig has set none.
+	// ReadKubeletConfig has set none (see defaultEvictionHard).
 	if kc.evictionDefaulted && eviction.from != "" && !strings.HasPrefix(eviction.from, "the executor's") {
 		eviction.from = "the kubelet's default evictionHard (its --config file sets none)"
 	}

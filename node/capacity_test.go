@@ -152,6 +152,9 @@ func TestSizeNodeToContainer(t *testing.T) {
 	greedy := file("greedy.yaml", kind+"systemReserved: {memory: 21Gi}\n")
 	file("drop-ins/10-eviction.conf", kind+"evictionHard: {memory.available: 200Mi}\n")
 	pinned := file("pinned.yaml", kind+"reservedSystemCPUs: \"0\"\nenforceNodeAllocatable: [none]\n")
+	noEviction := file("no-eviction.yaml", kind+"evictionHard: {}\n")
+	mergedEviction := file("merged-eviction.yaml", kind+"evictionHard: {nodefs.available: 5%}\nmergeDefaultEvictionSettings: true\n")
+	justAbove := cgroups.Limits{Memory: cgroups.Limit{Value: 300 << 20, From: "memory.max of cgroup /small"}}
 
 	const gi = int64(1) << 30
 	tests := []struct {
@@ -212,6 +215,24 @@ func TestSizeNodeToContainer(t *testing.T) {
 			args:   []string{"--config=" + withReserved}, evict: int64(float64(host.Memory) * float64(float32(5.0)/100)),
 			want:     fmt.Sprintf("ephemeral-storage=1Gi,memory=%d", host.Memory-(256<<20)-int64(float64(host.Memory)*float64(float32(5.0)/100))),
 			warnings: []string{"the node gets no allocatable of this resource"}},
+		// The kubelet v1.34 defaults evictionHard only for a --config file
+		// that leaves it unset: its flags alone give it none, and an empty
+		// map in the file means none.
+		{name: "an explicitly empty evictionHard in the --config file: no eviction threshold", machine: host, limits: container,
+			args:  []string{"--config=" + noEviction},
+			want:  fmt.Sprintf("cpu=1000m,memory=%d,pid=%d", host.Memory-3*gi, 32768-4096),
+			notes: []string{`evictionHard none`, "allocatable 3221225472"}},
+		{name: "mergeDefaultEvictionSettings: the default memory threshold beside the file's", machine: host, limits: container,
+			args: []string{"--config=" + mergedEviction}, evict: 100 << 20,
+			want:  fmt.Sprintf("cpu=1000m,memory=%d,pid=%d", host.Memory-3*gi, 32768-4096),
+			notes: []string{"memory.available<100Mi from evictionHard of the kubelet's configuration"}},
+		{name: "a limit just above kubeReserved, flags only: no threshold, the reservation within capacity", machine: host, limits: justAbove,
+			args: []string{"--kube-reserved=memory=256Mi"},
+			want: fmt.Sprintf("memory=%d", host.Memory-300<<20), notes: []string{"evictionHard none", "allocatable 46137344"}},
+		{name: "a limit just above kubeReserved with the default threshold: reserved only up to capacity", machine: host, limits: justAbove,
+			args: []string{"--config=" + bare, "--kube-reserved=memory=256Mi"}, evict: 100 << 20,
+			want:     fmt.Sprintf("memory=%d", host.Memory-356<<20),
+			warnings: []string{"below the kubelet's kubeReserved and hard eviction threshold"}},
 		{name: "reserved CPUs replace the cpu reservation", machine: host, limits: container, args: []string{"--config=" + pinned},
 			want: fmt.Sprintf("memory=%d,pid=%d", host.Memory-3*gi, 32768-4096), evict: 100 << 20,
 			warnings: []string{"reservedCPUs 0 from reservedSystemCPUs"},
@@ -268,6 +289,11 @@ func TestSizeNodeToContainer(t *testing.T) {
 					continue
 				}
 				node, kubepods := allocatable(t, tt.machine, system, kube, tt.evict, r.name)
+				// The kubelet refuses to start when its reservations
+				// exceed its capacity (validateNodeAllocatable).
+				if kubepods < 0 || r.name == "memory" && kubepods-tt.evict < 0 {
+					t.Errorf("%s: the reservations exceed the kubelet's capacity: it would refuse to start", r.name)
+				}
 				if node > r.limit.Value {
 					t.Errorf("%s: the Node's allocatable %d exceeds the container's limit %d", r.name, node, r.limit.Value)
 				}

@@ -55,9 +55,14 @@ type KubeletConfig struct {
 }
 
 // defaultEvictionHard is the kubelet's hard eviction threshold when its
-// --config file sets none (v1.34, pkg/kubelet/eviction/defaults_linux.go;
-// applied in cmd/kubelet/app/server.go loadConfigFile, so not without a
-// --config file).
+// --config file leaves evictionHard unset (v1.34,
+// pkg/kubelet/eviction/defaults_linux.go). The kubelet applies it in
+// cmd/kubelet/app/server.go loadConfigFile alone: the defaults of its
+// flag-only configuration (options.NewKubeletConfiguration, the v1beta1
+// SetDefaults_KubeletConfiguration) and of its --config-dir drop-ins set
+// no evictionHard, so a kubelet without a --config file has no hard
+// eviction threshold; an empty evictionHard ({}) in the file means none
+// too, unless mergeDefaultEvictionSettings adds the defaults to it.
 var defaultEvictionHard = map[string]string{
 	"memory.available":   "100Mi",
 	"nodefs.available":   "10%",

@@ -41,7 +41,12 @@ const userNamespaceGate = "KubeletInUserNamespace"
 
 // checkCgroupfs remounts a read-only cgroupfs read-write (k0s does the
 // same): the kubelet makes the pods' cgroups in it. Only with
-// CAP_SYS_ADMIN; without, one line says what to give the container.
+// CAP_SYS_ADMIN, and only a mount of the container's own cgroups (see
+// ownCgroupMount): a read-only mount of the host's whole tree (a container
+// without a cgroup namespace of its own on cgroup v2) is refused in one
+// line, since making it writable would open every cgroup of the host to
+// the container. Without CAP_SYS_ADMIN, one line says what to give the
+// container.
 func checkCgroupfs(p *Plan, h *host, in Input) {
 	if !isKubelet(in) {
 		return
@@ -55,6 +60,11 @@ func checkCgroupfs(p *Plan, h *host, in Input) {
 				"run the container with its cgroupfs read-write (privileged, or podman's --security-opt unmask=/sys/fs/cgroup)", m.Mountpoint)
 			continue
 		}
+		if own, why := h.ownCgroupMount(m); !own {
+			p.refuse("The cgroupfs at %s is mounted read-only and %s: nodeinit does not make it writable; "+
+				"run the container with a cgroup namespace of its own (--cgroupns=private) or with its cgroupfs read-write", m.Mountpoint, why)
+			continue
+		}
 		// A bind remount changes this mount alone, keeping its other flags
 		// (a user namespace may not drop nosuid, nodev or noexec).
 		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND)
@@ -66,7 +76,8 @@ func checkCgroupfs(p *Plan, h *host, in Input) {
 		}
 		p.mounts = append(p.mounts, mount{target: m.Mountpoint, flags: flags})
 		p.adjust(config.CheckCgroupfs, "remount "+m.Mountpoint+" read-write",
-			"the cgroupfs is mounted read-only and the kubelet makes the pods' cgroups in it; nodeinit has CAP_SYS_ADMIN")
+			"the cgroupfs is mounted read-only and the kubelet makes the pods' cgroups in it; it shows the container's own cgroups (%s), and nodeinit has CAP_SYS_ADMIN",
+			h.cgroupMountRoot(m))
 	}
 }
 
@@ -122,26 +133,38 @@ func checkSwap(p *Plan, h *host, in Input) {
 	if len(swaps) == 0 {
 		return
 	}
-	where := "failSwapOn is unset (the kubelet's default is true)"
-	if in.Kubelet.FailSwapOn != nil {
-		where = fmt.Sprintf("failSwapOn is %t in %s", *in.Kubelet.FailSwapOn, strings.Join(in.Kubelet.Files, " "))
-		if !*in.Kubelet.FailSwapOn {
-			return
-		}
+	on, where, fix := kubeletFailSwapOn(in)
+	if !on {
+		return
 	}
-	if v, ok := flagOf(in.Config.Executor.Args, "fail-swap-on"); ok {
-		on, err := strconv.ParseBool(v)
-		if v != "" && err == nil && !on {
-			return
-		}
-		where = "the kubelet's --fail-swap-on is true"
+	p.refuse("Swap is on (%s) and %s, so the kubelet would exit: %s, or turn swap off",
+		strings.Join(swaps, ", "), where, fix)
+}
+
+// kubeletFailSwapOn is the kubelet's failSwapOn, where it comes from, and
+// how to turn it off. The kubelet parses its flags again over its
+// configuration file, so its --fail-swap-on (the last one; bare, it means
+// true) wins over failSwapOn; without either the default is true.
+func kubeletFailSwapOn(in Input) (on bool, where, fix string) {
+	files := strings.Join(in.Kubelet.Files, " ")
+	flag, set, err := boolFlagOf(in.Config.Executor.Args, "fail-swap-on")
+	switch {
+	case err != nil:
+		// The kubelet refuses the flag itself, and says so.
+		return false, "", ""
+	case set && in.Kubelet.FailSwapOn != nil && *in.Kubelet.FailSwapOn != flag:
+		where = fmt.Sprintf("the kubelet's --fail-swap-on=%t, which it takes over failSwapOn: %t in %s", flag, *in.Kubelet.FailSwapOn, files)
+		return flag, where, "pass the kubelet --fail-swap-on=false"
+	case set:
+		return flag, fmt.Sprintf("the kubelet's --fail-swap-on=%t", flag), "pass the kubelet --fail-swap-on=false"
+	case in.Kubelet.FailSwapOn != nil:
+		return *in.Kubelet.FailSwapOn, fmt.Sprintf("failSwapOn is %t in %s", *in.Kubelet.FailSwapOn, files), "set failSwapOn: false in " + files
 	}
 	file := in.Kubelet.File
 	if file == "" {
 		file = "the kubelet's configuration"
 	}
-	p.refuse("Swap is on (%s) and %s, so the kubelet would exit: set failSwapOn: false in %s, or turn swap off",
-		strings.Join(swaps, ", "), where, file)
+	return true, "failSwapOn is unset (the kubelet's default is true)", "set failSwapOn: false in " + file
 }
 
 // cadvisorFSTypes are the file systems the kubelet's cAdvisor finds a

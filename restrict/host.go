@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,6 +32,19 @@ type host struct {
 	// nofile is RLIMIT_NOFILE's soft limit, 0 when unknown.
 	nofile uint64
 	mounts []*mountinfo.Info
+	// cgroupNS names this process's cgroup namespace ("cgroup:[INODE]"),
+	// empty where the kernel has none; cgroups are its cgroups, by
+	// hierarchy (/proc/self/cgroup).
+	cgroupNS string
+	cgroups  []cgroupLine
+}
+
+// cgroupLine is one line of /proc/self/cgroup: a hierarchy's controllers
+// (empty for cgroup v2; name=NAME for a named v1 hierarchy) and the
+// process's cgroup in it, relative to its cgroup namespace's root.
+type cgroupLine struct {
+	controllers []string
+	path        string
 }
 
 // fullUIDMap is the initial user namespace's uid_map: every uid to itself.
@@ -70,6 +84,20 @@ func readHost(root string) *host {
 				if f := strings.Fields(rest); len(f) > 0 {
 					h.nofile, _ = strconv.ParseUint(f[0], 10, 64)
 				}
+			}
+		}
+	}
+	h.cgroupNS, _ = os.Readlink(h.path("proc/self/ns/cgroup"))
+	if b, err := os.ReadFile(h.path("proc/self/cgroup")); err == nil {
+		for l := range strings.SplitSeq(string(b), "\n") {
+			if _, rest, ok := strings.Cut(l, ":"); ok {
+				ctrls, path, _ := strings.Cut(rest, ":")
+				var line cgroupLine
+				if ctrls != "" {
+					line.controllers = strings.Split(ctrls, ",")
+				}
+				line.path = path
+				h.cgroups = append(h.cgroups, line)
 			}
 		}
 	}
@@ -146,4 +174,63 @@ func hasOption(list, opt string) bool {
 		}
 	}
 	return false
+}
+
+// initialCgroupNS is the host's own cgroup namespace as /proc/PID/ns/cgroup
+// names it: the kernel numbers its initial namespaces with fixed inodes
+// (PROC_CGROUP_INIT_INO).
+const initialCgroupNS = "cgroup:[4026531835]"
+
+// ownCgroupMount says whether the cgroup mount m shows the container's own
+// cgroups, so that making it writable gives the container no cgroup of
+// the host's: its root (as this process's cgroup namespace shows it) is a
+// cgroup namespace root of the process's own, not the host's initial one
+// (a container with --cgroupns=private), or holds the process's cgroup in
+// that hierarchy (a runtime's bind of the container's cgroup, docker's on
+// cgroup v1). why says what it is when it is not.
+func (h *host) ownCgroupMount(m *mountinfo.Info) (own bool, why string) {
+	cg, found := h.cgroupIn(m)
+	root := m.Root
+	switch {
+	case root == ".." || strings.HasPrefix(root, "/.."):
+		return false, fmt.Sprintf("its root %s lies outside nodeinit's cgroup namespace", root)
+	case !found:
+		return false, fmt.Sprintf("nodeinit is in no cgroup of its hierarchy (root %s)", root)
+	case strings.HasPrefix(cg, "/.."):
+		return false, fmt.Sprintf("nodeinit's cgroup %s in it lies outside its cgroup namespace", cg)
+	case root == "/" && (h.cgroupNS == "" || h.cgroupNS == initialCgroupNS):
+		return false, "is the host's whole cgroup tree (root / in the host's cgroup namespace)"
+	case root == "/", cg == root, strings.HasPrefix(cg, root+"/"):
+		return true, ""
+	}
+	return false, fmt.Sprintf("its root %s does not hold nodeinit's cgroup %s", root, cg)
+}
+
+// cgroupMountRoot says what a cgroup mount of the container's own shows,
+// for the log.
+func (h *host) cgroupMountRoot(m *mountinfo.Info) string {
+	if m.Root == "/" {
+		return "root / of the container's cgroup namespace " + h.cgroupNS
+	}
+	return "root " + m.Root + ", which holds nodeinit's cgroup"
+}
+
+// cgroupIn is this process's cgroup in the hierarchy of the cgroup mount m:
+// the cgroup v2 line for a cgroup2 mount, else the line of the v1
+// hierarchy whose controllers are among the mount's options.
+func (h *host) cgroupIn(m *mountinfo.Info) (string, bool) {
+	for _, l := range h.cgroups {
+		if m.FSType == "cgroup2" {
+			if len(l.controllers) == 0 {
+				return l.path, true
+			}
+			continue
+		}
+		for _, c := range l.controllers {
+			if hasOption(m.VFSOptions, c) {
+				return l.path, true
+			}
+		}
+	}
+	return "", false
 }

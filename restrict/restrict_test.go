@@ -19,6 +19,9 @@ import (
 type container struct {
 	files    map[string]string
 	readOnly []string
+	// links are symbolic links by path: proc/self/ns/cgroup names the
+	// cgroup namespace.
+	links map[string]string
 }
 
 // hostLike is a container that restricts nothing: the host's user and
@@ -41,7 +44,7 @@ func hostLike() container {
 		"proc/swaps":                                                  "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n",
 		"etc/resolv.conf":                                             "search example.com\nnameserver 10.0.0.2\n",
 		"dev/kmsg":                                                    "",
-	}}
+	}, links: map[string]string{"proc/self/ns/cgroup": "cgroup:[4026532179]"}}
 }
 
 func (c container) write(t *testing.T) string {
@@ -57,6 +60,15 @@ func (c container) write(t *testing.T) string {
 			mode = 0o444
 		}
 		if err := os.WriteFile(file, []byte(data), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, target := range c.links {
+		file := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, file); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -226,12 +238,60 @@ func TestInspect(t *testing.T) {
 			kubelet: node.KubeletConfig{File: "/k", ResolvConf: new("/etc/k8s-resolv.conf")},
 		},
 		{
-			name: "a read-only cgroupfs with CAP_SYS_ADMIN: remounted read-write, keeping its flags",
+			name: "a read-only cgroupfs of a cgroup namespace of its own, with CAP_SYS_ADMIN: remounted read-write, keeping its flags",
 			container: func(c *container) {
 				c.files["proc/self/mountinfo"] = strings.Replace(c.files["proc/self/mountinfo"], "rw,nosuid,nodev,noexec,relatime - cgroup2", "ro,nosuid,nodev,noexec,relatime - cgroup2", 1)
 			},
 			adjusted: []string{"cgroupfs"},
 			mounts:   []string{"remount /sys/fs/cgroup nosuid,nodev,noexec"},
+		},
+		{
+			name: "a read-only cgroupfs of the host's whole tree (--cgroupns=host on v2): refused, not remounted",
+			container: func(c *container) {
+				readOnlyCgroupfs(c)
+				c.links["proc/self/ns/cgroup"] = "cgroup:[4026531835]"
+				c.files["proc/self/cgroup"] = "0::/machine.slice/libpod-1234.scope/container\n"
+			},
+			refusal: "The cgroupfs at /sys/fs/cgroup is mounted read-only and is the host's whole cgroup tree (root / in the host's cgroup namespace): " +
+				"nodeinit does not make it writable; run the container with a cgroup namespace of its own (--cgroupns=private) or with its cgroupfs read-write",
+		},
+		{
+			name: "a read-only cgroupfs, no cgroup namespaces in the kernel: the host's, refused",
+			container: func(c *container) {
+				readOnlyCgroupfs(c)
+				delete(c.links, "proc/self/ns/cgroup")
+			},
+			refusal: "is the host's whole cgroup tree",
+		},
+		{
+			name: "v1: a read-only bind of the container's own cgroup (docker without a cgroup namespace): remounted",
+			container: func(c *container) {
+				c.links["proc/self/ns/cgroup"] = "cgroup:[4026531835]"
+				c.files["proc/self/mountinfo"] = "1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n" +
+					"2 1 0:31 /docker/abc /sys/fs/cgroup/memory ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory\n" +
+					"3 1 0:32 /docker/abc /sys/fs/cgroup/cpu,cpuacct ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,cpu,cpuacct\n"
+				c.files["proc/self/cgroup"] = "4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc/init\n0::/docker/abc\n"
+			},
+			adjusted: []string{"cgroupfs", "cgroupfs"},
+			mounts:   []string{"remount /sys/fs/cgroup/memory nosuid,nodev,noexec", "remount /sys/fs/cgroup/cpu,cpuacct nosuid,nodev,noexec"},
+		},
+		{
+			name: "v1: a read-only mount of another cgroup than nodeinit's: refused",
+			container: func(c *container) {
+				c.links["proc/self/ns/cgroup"] = "cgroup:[4026531835]"
+				c.files["proc/self/mountinfo"] = "1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n" +
+					"2 1 0:31 /docker/abc /sys/fs/cgroup/memory ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory\n"
+				c.files["proc/self/cgroup"] = "4:memory:/docker/abcdef\n0::/\n"
+			},
+			refusal: "The cgroupfs at /sys/fs/cgroup/memory is mounted read-only and its root /docker/abc does not hold nodeinit's cgroup /docker/abcdef",
+		},
+		{
+			name: "a cgroup namespace of its own, the mount's root outside it: refused",
+			container: func(c *container) {
+				c.files["proc/self/mountinfo"] = "1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n" +
+					"2 1 0:30 /../.. /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw\n"
+			},
+			refusal: "its root /../.. lies outside nodeinit's cgroup namespace",
 		},
 		{
 			name: "a read-only cgroupfs without CAP_SYS_ADMIN: one line",
@@ -338,6 +398,11 @@ func TestInspect(t *testing.T) {
 	}
 }
 
+// readOnlyCgroupfs makes c's cgroup2 mount read-only.
+func readOnlyCgroupfs(c *container) {
+	c.files["proc/self/mountinfo"] = strings.Replace(c.files["proc/self/mountinfo"], "rw,nosuid,nodev,noexec,relatime - cgroup2", "ro,nosuid,nodev,noexec,relatime - cgroup2", 1)
+}
+
 // userNamespace makes c a rootless container: uid_map of one uid, a
 // network namespace another user namespace owns (no sysctl writable), a
 // low open-file limit.
@@ -408,6 +473,50 @@ func TestRootfsDevice(t *testing.T) {
 			cfg := kubeletConfig(config.Default())
 			cfg.ContainerChecks.Skip = []string{"cgroupfs"}
 			p := Inspect(Input{Root: root, Config: cfg})
+			if !strings.Contains(p.Refusal, tc.refusal) || (tc.refusal == "") != (p.Refusal == "") {
+				t.Errorf("refusal %q; want one with %q", p.Refusal, tc.refusal)
+			}
+		})
+	}
+}
+
+// The kubelet takes --fail-swap-on over its configuration's failSwapOn
+// (it parses its flags again over the file), so the flag decides wherever
+// it is given, and a bare --fail-swap-on means true.
+func TestSwapTheFlagWinsOverTheFile(t *testing.T) {
+	yes, no := true, false
+	const file = "/etc/kubelet.yaml"
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		file    *bool
+		refusal string // words of the refusal; "" for none
+	}{
+		{name: "nothing set: the kubelet's default, true", refusal: "failSwapOn is unset (the kubelet's default is true)"},
+		{name: "file false", file: &no},
+		{name: "file true", file: &yes, refusal: "failSwapOn is true in " + file},
+		{name: "flag false", args: []string{"--fail-swap-on=false"}},
+		{name: "flag true", args: []string{"--fail-swap-on=true"}, refusal: "the kubelet's --fail-swap-on=true"},
+		{name: "file false, flag true: the flag wins", args: []string{"--fail-swap-on=true"}, file: &no,
+			refusal: "the kubelet's --fail-swap-on=true, which it takes over failSwapOn: false in " + file},
+		{name: "file false, bare flag: true, the flag wins", args: []string{"--fail-swap-on"}, file: &no,
+			refusal: "the kubelet's --fail-swap-on=true"},
+		{name: "file true, flag false: the flag wins", args: []string{"--fail-swap-on=false"}, file: &yes},
+		{name: "the last flag counts", args: []string{"-fail-swap-on=false", "--fail-swap-on=true"}, file: &no,
+			refusal: "--fail-swap-on=true"},
+		{name: "the last flag counts, false", args: []string{"--fail-swap-on", "--fail-swap-on=false"}},
+		{name: "after --, not the kubelet's", args: []string{"--", "--fail-swap-on=true"}, file: &no},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := hostLike()
+			c.files["proc/swaps"] += "/swapfile file 1048572 0 -2\n"
+			cfg := kubeletConfig(config.Default())
+			cfg.Executor.Args = tc.args
+			kc := node.KubeletConfig{FailSwapOn: tc.file}
+			if tc.file != nil {
+				kc.File, kc.Files = file, []string{file}
+			}
+			p := Inspect(Input{Root: c.write(t), Config: cfg, Kubelet: kc})
 			if !strings.Contains(p.Refusal, tc.refusal) || (tc.refusal == "") != (p.Refusal == "") {
 				t.Errorf("refusal %q; want one with %q", p.Refusal, tc.refusal)
 			}

@@ -7,11 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/bits"
 	"os"
-	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,55 +16,26 @@ import (
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
-// xtables reads both backends' rules of this process's network namespace
-// from the kernel: the legacy tables through getsockopt, the nftables ones
-// through netlink. Running iptables-save would fork before the first
-// child, and nothing but the reaper may wait for a child.
-func (h *host) xtables() (xtables, error) {
-	var x xtables
-	for _, fam := range []struct {
-		names  string
-		domain int
-		level  int
-	}{
-		{"proc/self/net/ip_tables_names", unix.AF_INET, unix.SOL_IP},
-		{"proc/self/net/ip6_tables_names", unix.AF_INET6, unix.SOL_IPV6},
-	} {
-		tables, err := readLines(h.path(fam.names))
-		if err != nil {
-			return x, err
-		}
-		for _, t := range tables {
-			rules, hints, err := legacyTable(fam.domain, fam.level, t)
-			if err != nil {
-				return x, err
-			}
-			x.legacyRules += rules
-			x.legacyHints = x.legacyHints || hints && t == "mangle"
-		}
-	}
-	chains, rules, err := nftDump()
-	if err != nil {
-		return x, err
-	}
-	x.nftRules = rules
-	for _, c := range chains {
-		if c.table == "mangle" && slices.Contains(kubeletHintChains, c.name) {
-			x.nftHints = true
-		}
-		if !slices.Contains([]string{"INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"}, c.name) {
-			x.nftRules++ // a user chain counts, as in the legacy tables
-		}
-	}
-	return x, nil
-}
+// kernelXtables reads the iptables rules of the calling thread's network
+// namespace from the kernel: the legacy tables through getsockopt, the
+// nftables ones through netlink (the tables in use of each legacy family
+// from the /proc below the host's root). Running iptables-save would fork
+// before the first child, and nothing but the reaper may wait for a child.
+type kernelXtables struct{ h *host }
 
-// readLines reads a /proc list; a missing one (ip_tables not loaded) is
-// empty.
-func readLines(p string) ([]string, error) {
-	b, err := os.ReadFile(p)
+// legacyTableNames reads a /proc list of the thread's own network
+// namespace; a missing one (ip_tables not loaded) is empty.
+func (k kernelXtables) legacyTableNames(family int) ([]string, error) {
+	name := "proc/thread-self/net/ip_tables_names"
+	if family == unix.AF_INET6 {
+		name = "proc/thread-self/net/ip6_tables_names"
+	}
+	b, err := os.ReadFile(k.h.path(name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	var out []string
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -76,159 +44,88 @@ func readLines(p string) ([]string, error) {
 			out = append(out, l)
 		}
 	}
-	return out, err
+	return out, nil
 }
 
-// From linux/netfilter_ipv4/ip_tables.h: the get options, and the sizes
-// of struct ipt_getinfo and of struct ipt_get_entries' header (its entries
-// are 8-byte aligned). The ip6 ones are the same.
+// From linux/netfilter_ipv4/ip_tables.h: the get options (the ip6 ones are
+// the same) and where struct ipt_getinfo holds the entries' size.
 const (
-	iptSoGetInfo    = 64
-	iptSoGetEntries = 65
-	iptGetinfoSize  = 84
-	iptEntriesHead  = 40
-	xtTableMaxName  = 32
+	iptSoGetInfo     = 64
+	iptSoGetEntries  = 65
+	iptGetinfoSizeAt = 80
 )
 
-// legacyTable reads one legacy table: its entries beyond the built-in
-// chains' policies and the closing one (rules and user chains), and
-// whether one of the kubelet's hint chains is among them.
-func legacyTable(domain, level int, table string) (rules int, hints bool, err error) {
+func (k kernelXtables) legacyTable(family int, table string) (info, entries []byte, err error) {
 	if len(table) >= xtTableMaxName {
-		return 0, false, fmt.Errorf("legacy table name %q too long", table)
+		return nil, nil, fmt.Errorf("name too long")
 	}
-	fd, err := linux.Socket(domain, unix.SOCK_RAW, unix.IPPROTO_RAW)
+	level := unix.SOL_IP
+	if family == unix.AF_INET6 {
+		level = unix.SOL_IPV6
+	}
+	fd, err := linux.Socket(family, unix.SOCK_RAW, unix.IPPROTO_RAW)
 	if err != nil {
-		return 0, false, err
+		return nil, nil, err
 	}
 	defer unix.Close(fd)
-	info := make([]byte, iptGetinfoSize)
+	info = make([]byte, iptGetinfoSize)
 	copy(info, table)
 	if _, err := linux.GetsockoptBytes(fd, level, iptSoGetInfo, info); err != nil {
-		return 0, false, fmt.Errorf("legacy table %s: %w", table, err)
+		return nil, nil, err
 	}
-	ne := binary.NativeEndian
-	validHooks := ne.Uint32(info[32:])
-	entries := ne.Uint32(info[76:])
-	size := ne.Uint32(info[80:])
-	rules = int(entries) - bits.OnesCount32(validHooks) - 1
+	size := binary.NativeEndian.Uint32(info[iptGetinfoSizeAt:])
 	get := make([]byte, iptEntriesHead+int(size))
 	copy(get, table)
-	ne.PutUint32(get[32:], size)
+	binary.NativeEndian.PutUint32(get[xtTableMaxName:], size)
+	// EAGAIN: the table's size changed since IPT_SO_GET_INFO.
 	if _, err := linux.GetsockoptBytes(fd, level, iptSoGetEntries, get); err != nil {
-		return rules, false, fmt.Errorf("legacy table %s: %w", table, err)
+		return nil, nil, err
 	}
-	// A user chain is an entry whose ERROR target carries its name,
-	// NUL-terminated.
-	for _, c := range kubeletHintChains {
-		hints = hints || bytes.Contains(get[iptEntriesHead:], append([]byte(c), 0))
-	}
-	return max(rules, 0), hints, nil
+	return info, get[iptEntriesHead:], nil
 }
-
-// nftChain is one chain of an iptables-nft table.
-type nftChain struct{ table, name string }
 
 // nftDumpTimeout bounds each read of an nftables dump.
 const nftDumpTimeout = 2 * time.Second
 
-// nftDump lists the chains of the tables iptables-nft uses (ip and ip6
-// families, iptablesTables) and counts their rules, over netlink.
-func nftDump() (chains []nftChain, rules int, err error) {
+func (k kernelXtables) nftDump(msg uint16) (objs []nftObject, interrupted bool, err error) {
 	fd, err := linux.Socket(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER)
 	if err != nil {
-		return nil, 0, err
+		return nil, false, err
 	}
 	defer unix.Close(fd)
 	if err := linux.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, 0, err
+		return nil, false, err
 	}
 	// Read before the first fork: the kernel answers a dump at once, and
 	// nodeinit must not wait on it without a bound all the same.
 	if err := linux.SetReceiveTimeout(fd, nftDumpTimeout); err != nil {
-		return nil, 0, err
+		return nil, false, err
 	}
-	for i, msg := range []uint16{unix.NFT_MSG_GETCHAIN, unix.NFT_MSG_GETRULE} {
-		err := nftDumpEach(fd, uint32(i+1), msg, func(family uint8, attrs map[uint16][]byte) {
-			table := cString(attrs[unix.NFTA_CHAIN_TABLE]) // NFTA_RULE_TABLE is 1 too
-			if (family != unix.AF_INET && family != unix.AF_INET6) || !slices.Contains(iptablesTables, table) {
-				return
-			}
-			if msg == unix.NFT_MSG_GETCHAIN {
-				chains = append(chains, nftChain{table, cString(attrs[unix.NFTA_CHAIN_NAME])})
-			} else {
-				rules++
-			}
-		})
-		if err != nil {
-			return nil, 0, err
-		}
-	}
-	return chains, rules, nil
-}
-
-// nftDumpEach sends one nftables dump request and calls each for every
-// object it returns, with its family and top-level attributes.
-func nftDumpEach(fd int, seq uint32, msg uint16, each func(family uint8, attrs map[uint16][]byte)) error {
 	const nfgenmsgLen = 4
 	req := make([]byte, unix.NLMSG_HDRLEN+nfgenmsgLen)
 	ne := binary.NativeEndian
 	ne.PutUint32(req[0:], uint32(len(req)))
 	ne.PutUint16(req[4:], unix.NFNL_SUBSYS_NFTABLES<<8|msg)
 	ne.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	ne.PutUint32(req[8:], seq)
+	ne.PutUint32(req[8:], 1)
 	req[unix.NLMSG_HDRLEN] = unix.AF_UNSPEC
 	req[unix.NLMSG_HDRLEN+1] = unix.NFNETLINK_V0
 	if err := linux.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return err
+		return nil, false, err
 	}
 	buf := make([]byte, 1<<16)
 	for {
 		n, err := linux.Recvfrom(fd, buf, 0)
 		if err != nil {
-			return fmt.Errorf("nftables dump: %w", err)
+			return nil, false, fmt.Errorf("nftables dump: %w", err)
 		}
-		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		more, done, intr, err := parseNftReply(buf[:n])
 		if err != nil {
-			return fmt.Errorf("nftables dump: %w", err)
+			return nil, false, err
 		}
-		for _, m := range msgs {
-			switch m.Header.Type {
-			case unix.NLMSG_DONE:
-				return nil
-			case unix.NLMSG_ERROR:
-				if len(m.Data) >= 4 {
-					if code := int32(ne.Uint32(m.Data)); code != 0 {
-						return fmt.Errorf("nftables dump: %w", unix.Errno(-code))
-					}
-				}
-				return nil
-			}
-			if len(m.Data) < nfgenmsgLen {
-				continue
-			}
-			each(m.Data[0], netlinkAttrs(m.Data[nfgenmsgLen:]))
+		objs, interrupted = append(objs, more...), interrupted || intr
+		if done {
+			return objs, interrupted, nil
 		}
 	}
-}
-
-// netlinkAttrs splits netlink attributes by type (nested ones left whole).
-func netlinkAttrs(b []byte) map[uint16][]byte {
-	out := map[uint16][]byte{}
-	for len(b) >= 4 {
-		l := int(binary.NativeEndian.Uint16(b))
-		if l < 4 || l > len(b) {
-			break
-		}
-		out[binary.NativeEndian.Uint16(b[2:])&0x3fff] = b[4:l]
-		b = b[min((l+3)&^3, len(b)):]
-	}
-	return out
-}
-
-func cString(b []byte) string {
-	if i := bytes.IndexByte(b, 0); i >= 0 {
-		b = b[:i]
-	}
-	return string(b)
 }

@@ -1,6 +1,7 @@
 package signals
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,13 +12,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/internal/linux"
+	"github.com/nodeinit/nodeinit/mountns"
 )
 
 // carryEnv is the environment variable in which a nodeinit that re-executes
 // itself (to enter a private mount namespace) tells the new image what it
 // knew of signals: which were ignored when it started, and which stop
-// signals (TERM, INT, PWR, SIGRTMIN+3) it caught before the re-exec. The re-executed nodeinit removes it before
-// anything can start a child.
+// signals (TERM, INT, PWR, SIGRTMIN+3) it caught before the re-exec. The
+// new image removes it before anything can start a child, and honours it
+// only as its own re-exec's (see TakeCarried).
 const carryEnv = "NODEINIT_SIGNALS"
 
 // Carried is what a re-exec passed on.
@@ -30,7 +33,15 @@ type Carried struct {
 	Pending []syscall.Signal
 }
 
-// TakeCarried reads and removes CarryEnv.
+// TakeCarried reads and removes CarryEnv. It takes what the variable says
+// only on the path of nodeinit's own re-exec: the mount namespace's re-exec
+// marker is there and names a namespace other than this one, and the
+// variable carries this process's mark (processMark: its pid, its start
+// time and its executable, which the execve keeps, and which a variable
+// set before nodeinit started could name only by guessing its start time
+// to the clock tick). A variable in the environment nodeinit
+// was started with, a user's or an image's, is removed and changes
+// nothing: the signals ignored at start are then read from the kernel.
 func TakeCarried() (Carried, error) {
 	v, ok := os.LookupEnv(carryEnv)
 	if !ok {
@@ -38,6 +49,9 @@ func TakeCarried() (Carried, error) {
 	}
 	if err := os.Unsetenv(carryEnv); err != nil {
 		return Carried{}, fmt.Errorf("remove %s from the environment: %w", carryEnv, err)
+	}
+	if !reexecuted(v) {
+		return Carried{}, nil
 	}
 	c := Carried{Valid: true}
 	for field := range strings.SplitSeq(v, ";") {
@@ -48,6 +62,8 @@ func TakeCarried() (Carried, error) {
 			into = &c.Ignored
 		case "pending":
 			into = &c.Pending
+		case "self":
+			continue
 		default:
 			return Carried{}, fmt.Errorf("%s=%q: unknown field %q", carryEnv, v, key)
 		}
@@ -63,6 +79,28 @@ func TakeCarried() (Carried, error) {
 		}
 	}
 	return c, nil
+}
+
+// reexecuted says whether v, the carried variable, comes from this
+// process's own re-exec into a private mount namespace (see TakeCarried).
+func reexecuted(v string) bool {
+	from, marked := os.LookupEnv(mountns.MarkerEnv)
+	if !marked {
+		return false
+	}
+	if current, err := mountns.Current(); err != nil || current == from {
+		return false
+	}
+	mark, err := processMark()
+	if err != nil {
+		return false
+	}
+	for field := range strings.SplitSeq(v, ";") {
+		if self, ok := strings.CutPrefix(field, "self="); ok {
+			return self == mark
+		}
+	}
+	return false
 }
 
 // ForExec prepares the process for re-executing itself and returns the
@@ -109,7 +147,14 @@ func (s *Set) ForExec() string {
 			}
 		}
 	}
-	return carryEnv + "=ignored=" + names(s.IgnoredAtStart) + ";pending=" + names(pending)
+	v := carryEnv + "=ignored=" + names(s.IgnoredAtStart) + ";pending=" + names(pending)
+	// Without its mark the new image ignores what is carried: it then
+	// reads the ignored signals from the kernel again, and a stop signal
+	// taken here is lost rather than trusted from elsewhere.
+	if mark, err := processMark(); err == nil {
+		v += ";self=" + mark
+	}
+	return v
 }
 
 // addOnce adds sig to the set sigs.
@@ -143,4 +188,29 @@ func takeKernelPending(sigs []os.Signal) []syscall.Signal {
 		taken = addOnce(taken, sig)
 	}
 	return taken
+}
+
+// processMark names this process in a way an execve keeps: its pid, its
+// start time (in clock ticks since boot, field 22 of /proc/self/stat) and
+// the device and inode of its executable.
+func processMark() (string, error) {
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return "", fmt.Errorf("read this process's start time: %w", err)
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing one, which is field 2.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return "", fmt.Errorf("read this process's start time: /proc/self/stat: %q", stat)
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 20 {
+		return "", fmt.Errorf("read this process's start time: /proc/self/stat: %q", stat)
+	}
+	var exe unix.Stat_t
+	if err := unix.Stat("/proc/self/exe", &exe); err != nil {
+		return "", fmt.Errorf("stat this process's executable: %w", &os.PathError{Op: "stat", Path: "/proc/self/exe", Err: err})
+	}
+	return fmt.Sprintf("%d/%s/%d:%d", os.Getpid(), fields[19], exe.Dev, exe.Ino), nil
 }

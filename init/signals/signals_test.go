@@ -1,6 +1,7 @@
 package signals
 
 import (
+	"os"
 	"os/signal"
 	"slices"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/mountns"
 )
 
 func TestEveryCatchableSignalHasARoute(t *testing.T) {
@@ -46,8 +49,21 @@ func TestNamesRoundTrip(t *testing.T) {
 	}
 }
 
+// asReexecuted sets the environment a re-exec into a private mount
+// namespace gives the new image: the mount namespace's marker, naming one
+// the process left, and the carried signals with this process's mark.
+func asReexecuted(t *testing.T, fields string) {
+	t.Helper()
+	t.Setenv(mountns.MarkerEnv, "mnt:[1]")
+	mark, err := processMark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(carryEnv, fields+";self="+mark)
+}
+
 func TestCarriedAcrossTheReexec(t *testing.T) {
-	t.Setenv(carryEnv, "ignored=HUP,TSTP;pending=TERM,INT")
+	asReexecuted(t, "ignored=HUP,TSTP;pending=TERM,INT")
 	c, err := TakeCarried()
 	if err != nil {
 		t.Fatal(err)
@@ -59,14 +75,56 @@ func TestCarriedAcrossTheReexec(t *testing.T) {
 		t.Error("the variable is still in the environment, where a child would see it")
 	}
 	for _, bad := range []string{"ignored=NOPE", "stale=1", "pending=TERM;x=y"} {
-		t.Setenv(carryEnv, bad)
+		asReexecuted(t, bad)
 		if _, err := TakeCarried(); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	t.Setenv(carryEnv, "ignored=;pending=")
+	asReexecuted(t, "ignored=;pending=")
 	if c, err := TakeCarried(); err != nil || !c.Valid || len(c.Ignored)+len(c.Pending) != 0 {
 		t.Errorf("empty lists: %+v, %v", c, err)
+	}
+}
+
+// The variable changes nothing unless nodeinit's own re-exec set it: one
+// in the environment nodeinit was started with (a user's, an image's) is
+// removed, so no child sees it, and ignored.
+func TestCarriedOnlyFromItsOwnReexec(t *testing.T) {
+	mark, err := processMark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	current, err := mountns.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fields = "ignored=HUP,INT;pending=TERM"
+	for _, tc := range []struct {
+		name, marker, value string
+		markerSet           bool
+	}{
+		{name: "no re-exec marker", value: fields + ";self=" + mark},
+		{name: "no mark of the process", marker: "mnt:[1]", markerSet: true, value: fields},
+		{name: "another process's mark", marker: "mnt:[1]", markerSet: true, value: fields + ";self=1/2/3:4"},
+		{name: "a stale marker: the namespace it names is this one", marker: current, markerSet: true, value: fields + ";self=" + mark},
+		{name: "not even well-formed", value: "ignored=NOPE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.markerSet {
+				t.Setenv(mountns.MarkerEnv, tc.marker)
+			} else {
+				t.Setenv(mountns.MarkerEnv, "")
+				os.Unsetenv(mountns.MarkerEnv)
+			}
+			t.Setenv(carryEnv, tc.value)
+			c, err := TakeCarried()
+			if err != nil || c.Valid || len(c.Ignored)+len(c.Pending) != 0 {
+				t.Errorf("taken: %+v, %v; want it ignored", c, err)
+			}
+			if _, still := syscall.Getenv(carryEnv); still {
+				t.Error("the variable is still in the environment, where a child would see it")
+			}
+		})
 	}
 }
 
@@ -74,7 +132,7 @@ func TestCarriedAcrossTheReexec(t *testing.T) {
 // ForExec's channels, can each hold one), they are carried as one, and the
 // new image's refill can never block on them: nine used to hang PID 1.
 func TestCarriedSignalsAreASetAndNeverBlock(t *testing.T) {
-	t.Setenv(carryEnv, "ignored=HUP,HUP;pending="+strings.Repeat("TERM,", 9)+"INT,TERM,INT")
+	asReexecuted(t, "ignored=HUP,HUP;pending="+strings.Repeat("TERM,", 9)+"INT,TERM,INT")
 	c, err := TakeCarried()
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ out="$(dirname "$0")/report"
 {
 	echo "args: $*"
 	echo "kmsg: $(stat -L -c '%F %t:%T' /dev/kmsg 2>&1)"
-	awk '$9 ~ /^cgroup2?$/ { print "cgroupfs: " $5 " " $6 }' /proc/self/mountinfo
+	awk '{ for (i = 7; $i != "-"; i++); if ($(i+1) ~ /^cgroup2?$/) print "cgroupfs: " $5 " " $6 }' /proc/self/mountinfo
 } > "$out"
 `
 
@@ -191,19 +191,28 @@ mount -t tmpfs tmpfs /run`
 	}
 }
 
-// A read-only cgroupfs: nodeinit, which has CAP_SYS_ADMIN here, remounts it
-// read-write for a kubelet and says so once per mount; skipped, it stays
-// read-only.
+// A read-only cgroupfs of the container's own — a cgroup namespace of its
+// own with the cgroup2 hierarchy mounted afresh in it, read-only, as a
+// runtime with --cgroupns=private mounts it: nodeinit, which has
+// CAP_SYS_ADMIN here, remounts it read-write for a kubelet and says so
+// once; skipped, it stays read-only. A read-only mount of the host's whole
+// tree — every hierarchy of this host bound read-only in its own cgroup
+// namespace, as a runtime without a cgroup namespace mounts cgroup v2: one
+// line refuses it, nothing is remounted and the kubelet never starts.
 func TestReadOnlyCgroupfsIsRemountedForAKubelet(t *testing.T) {
 	l, err := cgroups.ReadLayout("/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mounts []string
+	unified := ""
 	for _, h := range l.Hierarchies {
 		mounts = append(mounts, h.Mountpoint)
+		if h.Unified {
+			unified = h.Mountpoint
+		}
 	}
-	testenv.Require(t, len(mounts) > 0, "a mounted cgroup hierarchy")
+	testenv.Require(t, unified != "", "a mounted cgroup2 hierarchy")
 	options := func(r restricted) map[string]string {
 		out := map[string]string{}
 		for l := range strings.SplitSeq(r.report, "\n") {
@@ -213,23 +222,29 @@ func TestReadOnlyCgroupfsIsRemountedForAKubelet(t *testing.T) {
 		}
 		return out
 	}
-	r := runRestricted(t, testenv.Options{ReadOnly: mounts}, "", nil)
-	got := options(r)
-	for _, m := range mounts {
-		if o := got[m]; !strings.HasPrefix(o, "rw,") {
-			t.Errorf("the kubelet sees %s mounted %q; want read-write", m, o)
-		}
+	own := testenv.Options{Unshare: []string{"--cgroup"}}
+	fresh := fmt.Sprintf("umount -l %[1]s\nmount -t cgroup2 -o ro,nosuid,nodev,noexec nodeinit-test %[1]s", unified)
+	r := runRestricted(t, own, fresh, nil)
+	if o := options(r)[unified]; !strings.HasPrefix(o, "rw,") {
+		t.Errorf("the kubelet sees %s mounted %q; want read-write; log:\n%s", unified, o, r.n.Log())
 	}
-	if a := r.adjusted("cgroupfs"); len(a) != len(mounts) {
-		t.Errorf("%d adjustments logged for %d read-only cgroup mounts:\n%s", len(a), len(mounts), strings.Join(a, "\n"))
+	if a := r.adjusted("cgroupfs"); len(a) != 1 || !strings.Contains(a[0], "root / of the container's cgroup namespace") {
+		t.Errorf("want one adjustment for the cgroup namespace's own mount:\n%s", strings.Join(a, "\n"))
+	}
+	r = runRestricted(t, own, fresh, []string{"--skip-container-checks=cgroupfs"})
+	if o := options(r)[unified]; !strings.HasPrefix(o, "ro,") {
+		t.Errorf("with the check skipped the kubelet sees %s mounted %q; want it left read-only", unified, o)
 	}
 
-	r = runRestricted(t, testenv.Options{ReadOnly: mounts}, "", []string{"--skip-container-checks=cgroupfs"})
-	got = options(r)
-	for _, m := range mounts {
-		if o := got[m]; !strings.HasPrefix(o, "ro,") {
-			t.Errorf("with the check skipped the kubelet sees %s mounted %q; want it left read-only", m, o)
-		}
+	r = runRestricted(t, testenv.Options{ReadOnly: mounts}, "", nil)
+	if code := r.n.ExitCode(); code != 1 || r.report != "" {
+		t.Errorf("exit %d, kubelet's report %q; want 1 and no kubelet for the host's cgroup tree; log:\n%s", code, r.report, r.n.Log())
+	}
+	if e := r.n.Lines('E', "is the host's whole cgroup tree", "--cgroupns=private"); len(e) != 1 {
+		t.Errorf("want one error line refusing the host's cgroup tree; log:\n%s", r.n.Log())
+	}
+	if a := r.adjusted("cgroupfs"); len(a) != 0 {
+		t.Errorf("the host's cgroup tree was remounted:\n%s", strings.Join(a, "\n"))
 	}
 }
 

@@ -82,8 +82,9 @@ func recorded(path string) string {
 // ignore, the same HUP ends it.
 func TestSignalsIgnoredAtStartStayIgnored(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
-		for _, ignored := range []bool{true, false} {
-			t.Run(fmt.Sprintf("ignored=%v", ignored), func(t *testing.T) {
+		for _, tc := range []struct{ ignored, private bool }{{true, false}, {false, false}, {true, true}} {
+			ignored := tc.ignored
+			t.Run(fmt.Sprintf("ignored=%v/private-mountns=%v", ignored, tc.private), func(t *testing.T) {
 				dir := t.TempDir()
 				status := filepath.Join(dir, "status")
 				var prefix []string
@@ -92,10 +93,19 @@ func TestSignalsIgnoredAtStartStayIgnored(t *testing.T) {
 				}
 				// A C program as executor: it keeps the actions it inherits
 				// (a Go one would catch what it is given).
-				i := testenv.Launch(t, testenv.Options{PID1: m == asPID1, Prefix: prefix}, "--run-proxy=false", "--",
+				args := []string{"--run-proxy=false"}
+				if tc.private {
+					// Across the re-exec into the namespace, carried.
+					testenv.RequireRoot(t)
+					args = append(args, "--private-mountns")
+				}
+				i := testenv.Launch(t, testenv.Options{PID1: m == asPID1, Prefix: prefix}, append(args, "--",
 					// grep inherits the shell's actions: its own status shows them.
-					"/bin/sh", "-c", `grep -E '^Sig(Ign|Cgt)' /proc/self/status > `+status+`.tmp && mv `+status+`.tmp `+status+`; exec sleep 60`)
+					"/bin/sh", "-c", `grep -E '^Sig(Ign|Cgt)' /proc/self/status > `+status+`.tmp && mv `+status+`.tmp `+status+`; exec sleep 60`)...)
 				i.WaitForFile(10*time.Second, status)
+				if tc.private {
+					i.WaitForLog(5*time.Second, 'I', "Running in a private mount namespace")
+				}
 				b, err := os.ReadFile(status)
 				must(t, err)
 				ign := sigMask(t, string(b), "SigIgn")
@@ -119,6 +129,55 @@ func TestSignalsIgnoredAtStartStayIgnored(t *testing.T) {
 				i.WaitForLog(5*time.Second, 'I', "ignored when nodeinit started", "HUP,INT,TSTP")
 				if code := i.Stop(10 * time.Second); code != 128+int(unix.SIGTERM) {
 					t.Errorf("exit %d after TERM, want 143", code)
+				}
+			})
+		}
+	})
+}
+
+// NODEINIT_SIGNALS is nodeinit's own, from one image of its re-exec to
+// the next. Set in the environment nodeinit starts with (with a forged
+// re-exec marker too), it changes nothing: the signals it names as ignored
+// are caught and passed on as ever, the TERM it names as pending stops
+// nothing, and no child sees it. Across nodeinit's own re-exec into a
+// private mount namespace the signals ignored at start stay ignored
+// (TestSignalsIgnoredAtStartStayIgnored).
+func TestTheCarriedSignalsFromOutsideChangeNothing(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		for _, forged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("forged-marker=%v", forged), func(t *testing.T) {
+				dir := t.TempDir()
+				status, env := filepath.Join(dir, "status"), filepath.Join(dir, "environ")
+				o := testenv.Options{PID1: m == asPID1, Env: []string{"NODEINIT_SIGNALS=ignored=HUP,INT,TSTP;pending=TERM"}}
+				if forged {
+					o.Env = append(o.Env, "NODEINIT_MOUNTNS_FROM=mnt:[1]")
+				}
+				i := testenv.Launch(t, o, "--run-proxy=false", "--",
+					"/bin/sh", "-c", `tr '\0' '\n' < /proc/self/environ > `+env+` && grep -E '^Sig(Ign|Cgt)' /proc/self/status > `+status+`.tmp && mv `+status+`.tmp `+status+`; exec sleep 60`)
+				i.WaitForFile(10*time.Second, status)
+				b, err := os.ReadFile(status)
+				must(t, err)
+				ign := sigMask(t, string(b), "SigIgn")
+				for _, sig := range []syscall.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGTSTP} {
+					if ign&(1<<(sig-1)) != 0 {
+						t.Errorf("the executor's %s is ignored (SigIgn %016x): the variable from outside changed nodeinit's dispositions", signals.Name(sig), ign)
+					}
+				}
+				e, err := os.ReadFile(env)
+				must(t, err)
+				if strings.Contains(string(e), "NODEINIT_SIGNALS") {
+					t.Errorf("the executor's environment has NODEINIT_SIGNALS:\n%s", e)
+				}
+				if l := i.Lines('I', "ignored when nodeinit started"); len(l) > 0 {
+					t.Errorf("nodeinit took signals as ignored at start: %s", l[0])
+				}
+				// The HUP is caught and passed on: it ends the executor.
+				i.Signal(unix.SIGHUP)
+				if code := i.Wait(10 * time.Second); code != 128+int(unix.SIGHUP) {
+					t.Errorf("exit %d after HUP, want 129 (the executor ended by it); log:\n%s", code, i.Log())
+				}
+				if l := i.Lines('I', "Forwarded signal to the executor", `signal="TERM"`); len(l) > 0 {
+					t.Errorf("the carried TERM from outside was passed on: %s", l[0])
 				}
 			})
 		}

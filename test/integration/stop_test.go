@@ -75,7 +75,10 @@ func TestAnExecutorThatSurvivesKillIsNamedAndLeftBehind(t *testing.T) {
 }
 
 // More TERMs than the channel holds, carried across the re-exec, once
-// blocked PID 1 for good before it read its flags.
+// blocked PID 1 for good before it read its flags. Such a variable from
+// outside is ignored now (TestTheCarriedSignalsFromOutsideChangeNothing),
+// and the re-exec carries a set (TestTermWhileStartingIsKeptForTheExecutor,
+// and the unit tests of package signals); nodeinit still starts at once.
 func TestCarriedTermsNeverHangTheStart(t *testing.T) {
 	nodeinit, _ := binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

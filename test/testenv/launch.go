@@ -73,9 +73,12 @@ const readOnlyThenExec = `while [ "$1" != -- ]; do mount -o remount,bind,ro "$1"
 // Launch starts nodeinit with args and returns at once. Its stdout and
 // stderr, which the children inherit, go to files in a directory of the
 // test's own (Path). When the test ends, a nodeinit still running gets TERM,
-// then KILL, and its log is printed.
+// then KILL, and its log is printed. nodeinit starts with every signal at
+// its default action, even where the test process was started ignoring some
+// (nohup): ignore one with Prefix.
 func Launch(tb testing.TB, o Options, args ...string) *Node {
 	tb.Helper()
+	defaultSignalsForChildren()
 	if o.PID1 || o.MountNS {
 		RequireRoot(tb)
 	}
