@@ -62,7 +62,7 @@ func checkCgroupfs(p *Plan, h *host, in Input) {
 		}
 		if own, why := h.ownCgroupMount(m); !own {
 			p.refuse("The cgroupfs at %s is mounted read-only and %s: nodeinit does not make it writable; "+
-				"run the container with a cgroup namespace of its own (--cgroupns=private) or with its cgroupfs read-write", m.Mountpoint, why)
+				"mount it read-write (a privileged container's is: --privileged, or -v /sys/fs/cgroup:/sys/fs/cgroup:rw), or, where the container runtime runs inside the container too, give it a cgroup namespace of its own", m.Mountpoint, why)
 			continue
 		}
 		// A bind remount changes this mount alone, keeping its other flags

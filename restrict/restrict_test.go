@@ -253,7 +253,8 @@ func TestInspect(t *testing.T) {
 				c.files["proc/self/cgroup"] = "0::/machine.slice/libpod-1234.scope/container\n"
 			},
 			refusal: "The cgroupfs at /sys/fs/cgroup is mounted read-only and is the host's whole cgroup tree (root / in the host's cgroup namespace): " +
-				"nodeinit does not make it writable; run the container with a cgroup namespace of its own (--cgroupns=private) or with its cgroupfs read-write",
+				"nodeinit does not make it writable; mount it read-write (a privileged container's is: --privileged, or -v /sys/fs/cgroup:/sys/fs/cgroup:rw), " +
+				"or, where the container runtime runs inside the container too, give it a cgroup namespace of its own",
 		},
 		{
 			name: "a read-only cgroupfs, no cgroup namespaces in the kernel: the host's, refused",
