@@ -21,9 +21,10 @@ import (
 
 // MarkerEnv is the environment variable that tells a re-executed nodeinit it
 // already runs inside the namespace Enter made. Its value is the mount
-// namespace the process left, so a marker inherited by accident from
-// outside is recognised as stale. Enter removes it before anything can
-// start a child.
+// namespace the process left and the process's mark (ValidMarker), so a
+// marker inherited from outside, stale or set by hand, is not taken for
+// it. Enter removes it before anything can start a child; ForgetMarker
+// does where Enter is not called.
 const MarkerEnv = "NODEINIT_MOUNTNS_FROM"
 
 // selfExe is the running binary, reachable even when its path on disk is
@@ -66,9 +67,13 @@ func Enter(beforeExec func() []string) error {
 	if err != nil {
 		return fmt.Errorf("enter a private mount namespace: %w", err)
 	}
-	if marked && from != current {
+	if marked && ValidMarker(from) {
 		inPrivate = true
 		return nil
+	}
+	mark, err := marker(current)
+	if err != nil {
+		return fmt.Errorf("enter a private mount namespace: %w", err)
 	}
 
 	// Never unlocked: this thread either execs or the process exits on the
@@ -81,7 +86,7 @@ func Enter(beforeExec func() []string) error {
 	if err := linux.SetPropagation("/", unix.MS_SLAVE|unix.MS_REC); err != nil {
 		return fmt.Errorf("make / a recursive slave in the new mount namespace: %w%s", err, permissionHint(err))
 	}
-	env := append(os.Environ(), MarkerEnv+"="+current)
+	env := append(os.Environ(), MarkerEnv+"="+mark)
 	if beforeExec != nil {
 		env = append(env, beforeExec()...)
 	}

@@ -60,3 +60,32 @@ func TestOwnIsFalseInTheParentsNamespace(t *testing.T) {
 		t.Fatal("Own() = true for a test that shares its parent's mount namespace")
 	}
 }
+
+// A marker counts only with a namespace other than this one and this
+// process's own mark: one set by hand or left over is not taken for a
+// re-exec, so nodeinit enters its namespace anyway.
+func TestValidMarkerOnlyFromThisProcesssReexec(t *testing.T) {
+	mark, err := ProcessMark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	current, err := Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		marker string
+		want   bool
+	}{
+		{"mnt:[1];self=" + mark, true},
+		{"mnt:[1]", false},
+		{"mnt:[1];self=", false},
+		{"mnt:[1];self=1/2/3:4", false},
+		{current + ";self=" + mark, false},
+		{"", false},
+	} {
+		if got := ValidMarker(tc.marker); got != tc.want {
+			t.Errorf("ValidMarker(%q) = %v; want %v", tc.marker, got, tc.want)
+		}
+	}
+}

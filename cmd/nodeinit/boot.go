@@ -152,6 +152,9 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 			klog.ErrorS(err, "Cannot enter a private mount namespace")
 			return exitFailure
 		}
+	} else if err := mountns.ForgetMarker(); err != nil {
+		klog.ErrorS(err, "Cannot clean the environment")
+		return exitFailure
 	}
 	// The signals that would end, crash or stop nodeinit are caught while
 	// it prepares, and before the first fork; the rest once the executor

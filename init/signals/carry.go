@@ -1,7 +1,6 @@
 package signals
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/signal"
@@ -36,7 +35,7 @@ type Carried struct {
 // TakeCarried reads and removes CarryEnv. It takes what the variable says
 // only on the path of nodeinit's own re-exec: the mount namespace's re-exec
 // marker is there and names a namespace other than this one, and the
-// variable carries this process's mark (processMark: its pid, its start
+// variable carries this process's mark (mountns.ProcessMark: its pid, its start
 // time and its executable, which the execve keeps, and which a variable
 // set before nodeinit started could name only by guessing its start time
 // to the clock tick). A variable in the environment nodeinit
@@ -88,10 +87,10 @@ func reexecuted(v string) bool {
 	if !marked {
 		return false
 	}
-	if current, err := mountns.Current(); err != nil || current == from {
+	if !mountns.ValidMarker(from) {
 		return false
 	}
-	mark, err := processMark()
+	mark, err := mountns.ProcessMark()
 	if err != nil {
 		return false
 	}
@@ -151,7 +150,7 @@ func (s *Set) ForExec() string {
 	// Without its mark the new image ignores what is carried: it then
 	// reads the ignored signals from the kernel again, and a stop signal
 	// taken here is lost rather than trusted from elsewhere.
-	if mark, err := processMark(); err == nil {
+	if mark, err := mountns.ProcessMark(); err == nil {
 		v += ";self=" + mark
 	}
 	return v
@@ -188,29 +187,4 @@ func takeKernelPending(sigs []os.Signal) []syscall.Signal {
 		taken = addOnce(taken, sig)
 	}
 	return taken
-}
-
-// processMark names this process in a way an execve keeps: its pid, its
-// start time (in clock ticks since boot, field 22 of /proc/self/stat) and
-// the device and inode of its executable.
-func processMark() (string, error) {
-	stat, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return "", fmt.Errorf("read this process's start time: %w", err)
-	}
-	// The command name, in parentheses, may hold spaces: count fields
-	// after its closing one, which is field 2.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return "", fmt.Errorf("read this process's start time: /proc/self/stat: %q", stat)
-	}
-	fields := strings.Fields(string(stat[i+1:]))
-	if len(fields) < 20 {
-		return "", fmt.Errorf("read this process's start time: /proc/self/stat: %q", stat)
-	}
-	var exe unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &exe); err != nil {
-		return "", fmt.Errorf("stat this process's executable: %w", &os.PathError{Op: "stat", Path: "/proc/self/exe", Err: err})
-	}
-	return fmt.Sprintf("%d/%s/%d:%d", os.Getpid(), fields[19], exe.Dev, exe.Ino), nil
 }

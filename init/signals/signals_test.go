@@ -54,11 +54,11 @@ func TestNamesRoundTrip(t *testing.T) {
 // the process left, and the carried signals with this process's mark.
 func asReexecuted(t *testing.T, fields string) {
 	t.Helper()
-	t.Setenv(mountns.MarkerEnv, "mnt:[1]")
-	mark, err := processMark()
+	mark, err := mountns.ProcessMark()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Setenv(mountns.MarkerEnv, "mnt:[1];self="+mark)
 	t.Setenv(carryEnv, fields+";self="+mark)
 }
 
@@ -90,7 +90,7 @@ func TestCarriedAcrossTheReexec(t *testing.T) {
 // in the environment nodeinit was started with (a user's, an image's) is
 // removed, so no child sees it, and ignored.
 func TestCarriedOnlyFromItsOwnReexec(t *testing.T) {
-	mark, err := processMark()
+	mark, err := mountns.ProcessMark()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,9 +104,11 @@ func TestCarriedOnlyFromItsOwnReexec(t *testing.T) {
 		markerSet           bool
 	}{
 		{name: "no re-exec marker", value: fields + ";self=" + mark},
-		{name: "no mark of the process", marker: "mnt:[1]", markerSet: true, value: fields},
-		{name: "another process's mark", marker: "mnt:[1]", markerSet: true, value: fields + ";self=1/2/3:4"},
-		{name: "a stale marker: the namespace it names is this one", marker: current, markerSet: true, value: fields + ";self=" + mark},
+		{name: "no mark of the process", marker: "mnt:[1];self=" + mark, markerSet: true, value: fields},
+		{name: "another process's mark", marker: "mnt:[1];self=" + mark, markerSet: true, value: fields + ";self=1/2/3:4"},
+		{name: "a stale marker: the namespace it names is this one", marker: current + ";self=" + mark, markerSet: true, value: fields + ";self=" + mark},
+		{name: "a marker set by hand, without the process's mark", marker: "mnt:[1]", markerSet: true, value: fields + ";self=" + mark},
+		{name: "a marker with another process's mark", marker: "mnt:[1];self=1/2/3:4", markerSet: true, value: fields + ";self=" + mark},
 		{name: "not even well-formed", value: "ignored=NOPE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

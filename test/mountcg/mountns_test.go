@@ -52,6 +52,46 @@ func TestPrivateMountNamespaceHoldsNodeinitAndItsChildren(t *testing.T) {
 	}
 }
 
+// A marker in the environment nodeinit is started with (set by hand, or
+// left over from another nodeinit) is not taken for its own re-exec: with
+// --private-mountns it still enters a namespace of its own, and without
+// it no child sees the marker.
+func TestAMarkerFromOutsideIsNotItsOwnReexec(t *testing.T) {
+	outside := mountns.MarkerEnv + "=mnt:[1]"
+	check := func(t *testing.T, flags ...string) (ns string, n *node) {
+		t.Helper()
+		n = startNode(t, []string{outside}, flags...)
+		executor, proxy := n.waitReady()
+		for who, env := range map[string][]string{"executor": executor.Env, "proxy": proxy.Env} {
+			for _, kv := range env {
+				if strings.HasPrefix(kv, mountns.MarkerEnv+"=") {
+					t.Errorf("the %s's environment has the marker %s", who, kv)
+				}
+			}
+		}
+		return executor.MountNS, n
+	}
+	t.Run("with --private-mountns nodeinit still enters its own namespace", func(t *testing.T) {
+		ns, n := check(t, "--private-mountns")
+		started, err := os.Readlink("/proc/" + itoa(n.Outer()) + "/ns/mnt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ns == started {
+			t.Errorf("the executor runs in the namespace nodeinit started in (%s): the marker from outside skipped the re-exec", started)
+		}
+		if code := n.stop(); code != 0 {
+			t.Errorf("nodeinit exited %d after TERM, want 0", code)
+		}
+	})
+	t.Run("without it the marker is removed", func(t *testing.T) {
+		_, n := check(t)
+		if code := n.stop(); code != 0 {
+			t.Errorf("nodeinit exited %d after TERM, want 0", code)
+		}
+	})
+}
+
 func TestMakeRSharedSharesRoot(t *testing.T) {
 	n := startNode(t, nil, "--make-rshared")
 	n.waitReady()
