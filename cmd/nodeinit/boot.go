@@ -139,16 +139,86 @@ func childEnv(cfg *config.Config) []string {
 	return notify.Environ(node.Environ(os.Environ(), cfg.PathOverride, wd))
 }
 
+// start is what the phases of a start share: the configuration, the
+// signals, and what each phase leaves for the next. undo runs, last first,
+// when boot returns.
+type start struct {
+	cfg      *config.Config
+	sigs     *signals.Set
+	warnings []string // the configuration's, to log
+
+	kubelet node.KubeletConfig
+	plan    *restrict.Plan
+	cg      cgroups.Result
+	ct      node.Container
+	sc      supervisor.Config
+	// notifier tells a service manager (NOTIFY_SOCKET) when the node is
+	// ready and when it stops.
+	notifier *notify.Notifier
+	undo     []func()
+}
+
+// phase is one step of a start; a non-zero code ends the start with it.
+type phase struct {
+	name string
+	run  func(*start) int
+}
+
+// phases are the steps of a start, in order. Everything that changes the
+// process (its mount namespace, its mounts, its cgroup) happens before the
+// first fork, so that the children inherit it. The order is a contract
+// (TestPhasesKeepTheirOrder):
+//   - the re-exec into a private mount namespace comes first: nothing
+//     started before it (the log queue, the log pump) would survive it;
+//   - the node's identity is mounted before / is made shared, so that its
+//     mounts cannot propagate (identity's Apply refuses a shared mount);
+//   - the container's restrictions are adjusted for before the cgroup is
+//     joined (a read-only cgroupfs is remounted first);
+//   - the node is sized after the join, from the limits of the cgroup
+//     joined;
+//   - the login1 bus listens before the executor starts: the kubelet looks
+//     for it once, when it starts.
+var phases = []phase{
+	{"mount namespace", (*start).mountNamespace},
+	{"log", (*start).log},
+	{"identity", (*start).identity},
+	{"rshared", (*start).rshared},
+	{"container", (*start).container},
+	{"cgroup", (*start).cgroup},
+	{"sizing", (*start).sizing},
+	{"tasks", (*start).tasks},
+	{"subreaper", (*start).subreaper},
+	{"notify", (*start).notify},
+	{"graceful shutdown", (*start).gracefulShutdown},
+}
+
 // boot prepares the process — mount namespace, cgroup, log files — before
-// the first fork, so that the children inherit all of it, then supervises
-// them and returns the executor's status. sigs has TERM and INT caught
-// already; warnings are the configuration's, to log.
+// the first fork, phase by phase, then supervises the children and returns
+// the executor's status. sigs has TERM and INT caught already; warnings are
+// the configuration's, to log.
 func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
-	// The re-exec into a private mount namespace comes first: nothing
-	// started before it (the log queue, the log pump) would survive it. A
-	// TERM caught so far is carried across it.
-	if cfg.MountNamespace.Private {
-		if err := mountns.Enter(func() []string { return []string{sigs.ForExec()} }); err != nil {
+	s := &start{cfg: cfg, sigs: sigs, warnings: warnings}
+	defer func() {
+		for i := len(s.undo) - 1; i >= 0; i-- {
+			s.undo[i]()
+		}
+	}()
+	for _, p := range phases {
+		if code := p.run(s); code != 0 {
+			return code
+		}
+	}
+	code := supervisor.New(s.sc).Run()
+	// STOPPING=1 goes out before nodeinit does, within a bound.
+	s.notifier.Wait(notifyBound)
+	return code
+}
+
+// mountNamespace re-executes nodeinit into a private mount namespace when
+// asked. A TERM caught so far is carried across it.
+func (s *start) mountNamespace() int {
+	if s.cfg.MountNamespace.Private {
+		if err := mountns.Enter(func() []string { return []string{s.sigs.ForExec()} }); err != nil {
 			klog.ErrorS(err, "Cannot enter a private mount namespace")
 			return exitFailure
 		}
@@ -156,74 +226,115 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 		klog.ErrorS(err, "Cannot clean the environment")
 		return exitFailure
 	}
-	// The signals that would end, crash or stop nodeinit are caught while
-	// it prepares, and before the first fork; the rest once the executor
-	// runs (the supervisor does that).
-	sigs.CatchBeforeFork()
-	// From here on nodeinit's log goes to stdout through a queue, so that a
-	// stdout nobody reads never blocks reaping or signal handling.
+	return 0
+}
+
+// log catches the signals that would end, crash or stop nodeinit while it
+// prepares (the rest once the executor runs: the supervisor does that), and
+// sends nodeinit's log to stdout through a queue, so that a stdout nobody
+// reads never blocks reaping or signal handling.
+func (s *start) log() int {
+	s.sigs.CatchBeforeFork()
 	sink := logsink.New(os.Stdout, logsink.DefaultLimit)
 	klog.SetOutput(sink)
-	defer sink.Flush(logFlushBound)
+	s.undo = append(s.undo, func() { sink.Flush(logFlushBound) })
 
 	klog.InfoS("Starting nodeinit", "version", version, "pid", os.Getpid())
-	for _, w := range warnings {
+	for _, w := range s.warnings {
 		klog.Warning(w)
 	}
-	if len(sigs.IgnoredAtStart) > 0 {
-		names := make([]string, len(sigs.IgnoredAtStart))
-		for i, s := range sigs.IgnoredAtStart {
-			names[i] = signals.Name(s)
+	if len(s.sigs.IgnoredAtStart) > 0 {
+		names := make([]string, len(s.sigs.IgnoredAtStart))
+		for i, sig := range s.sigs.IgnoredAtStart {
+			names[i] = signals.Name(sig)
 		}
 		klog.InfoS("Signals ignored when nodeinit started stay ignored, for it and its children", "signals", strings.Join(names, ","))
 	}
 	if mountns.InPrivate() {
 		klog.InfoS("Running in a private mount namespace; host mounts propagate in, the node's do not leak out")
 	}
-	// Before / is made shared: the node's id is mounted where it cannot
-	// propagate (identity's Apply refuses a shared mount).
-	if cfg.Identity.MachineID || cfg.Identity.ProductUUID {
-		nodeIdentity(cfg)
+	return 0
+}
+
+// identity gives the node its machine-id and product_uuid, when asked.
+func (s *start) identity() int {
+	if s.cfg.Identity.MachineID || s.cfg.Identity.ProductUUID {
+		nodeIdentity(s.cfg)
 	}
-	if cfg.MountNamespace.MakeRShared {
-		if err := mountns.MakeRShared(); err != nil {
-			klog.ErrorS(err, "Cannot make / recursively shared")
-			return exitFailure
-		}
-		klog.InfoS("Made / rshared for the kubelet's mount propagation")
+	return 0
+}
+
+// rshared makes / recursively shared for the kubelet's mount propagation,
+// when asked.
+func (s *start) rshared() int {
+	if !s.cfg.MountNamespace.MakeRShared {
+		return 0
 	}
-	kubelet, err := node.ReadKubeletConfig(cfg.Executor.Args)
+	if err := mountns.MakeRShared(); err != nil {
+		klog.ErrorS(err, "Cannot make / recursively shared")
+		return exitFailure
+	}
+	klog.InfoS("Made / rshared for the kubelet's mount propagation")
+	return 0
+}
+
+// container reads the kubelet's configuration and adjusts for what the
+// container lacks or restricts.
+func (s *start) container() int {
+	var err error
+	s.kubelet, err = node.ReadKubeletConfig(s.cfg.Executor.Args)
 	if err != nil {
 		klog.Warningf("%v; taking it to set no cgroup root", err)
 	}
-	// What the container lacks or restricts is adjusted for before the
-	// cgroup is joined: a read-only cgroupfs is remounted first.
-	plan, ok := adjustForContainer(cfg, kubelet)
-	defer plan.Close()
+	plan, ok := adjustForContainer(s.cfg, s.kubelet)
+	s.plan = plan
+	s.undo = append(s.undo, func() { plan.Close() })
 	if !ok {
 		return exitFailure
 	}
-	root, own := node.OwnCgroupRoot(cfg.Executor.Args, kubelet)
+	return 0
+}
+
+// cgroup joins the container's cgroup (and its v2 leaf) and finds the
+// kubelet's cgroup root and the limits there.
+func (s *start) cgroup() int {
+	root, own := node.OwnCgroupRoot(s.cfg.Executor.Args, s.kubelet)
 	if own != "" {
 		klog.InfoS("The executor sets its own cgroup root, so nodeinit adds none", "cgroupRoot", root, "from", own)
 	}
-	cg, err := cgroups.Setup(cgroupOptions(cfg, root, own, kubelet))
+	cg, err := cgroups.Setup(cgroupOptions(s.cfg, root, own, s.kubelet))
 	if err != nil {
 		klog.ErrorS(err, "Cannot join the container's cgroup")
 		return exitFailure
 	}
+	s.cg = cg
+	s.ct = node.Container{Cgroup: cg.KubeletRoot, ID: cg.ContainerID}
+	return 0
+}
 
-	ct := node.Container{Cgroup: cg.KubeletRoot, ID: cg.ContainerID}
-	if cfg.Executor.SizeNodeToContainer {
-		ct.Sizing = node.SizeToContainer(cfg.Executor.Args, kubelet, cg.Limits, cg.LimitsRoot, cg.LimitsErr)
-		ct.Sizing.Log()
+// sizing sizes the node to its container's limits, when asked.
+func (s *start) sizing() int {
+	if s.cfg.Executor.SizeNodeToContainer {
+		s.ct.Sizing = node.SizeToContainer(s.cfg.Executor.Args, s.kubelet, s.cg.Limits, s.cg.LimitsRoot, s.cg.LimitsErr)
+		s.ct.Sizing.Log()
 	}
-	sc, closeLogs, code := tasks(cfg, ct, kubelet, plan)
+	return 0
+}
+
+// tasks builds the executor's and the proxy's commands and their output.
+func (s *start) tasks() int {
+	sc, closeLogs, code := tasks(s.cfg, s.ct, s.kubelet, s.plan)
 	if code != 0 {
 		return code
 	}
-	defer closeLogs()
+	s.sc = sc
+	s.sc.Signals = s.sigs
+	s.undo = append(s.undo, closeLogs)
+	return 0
+}
 
+// subreaper makes nodeinit the children's subreaper where it is not PID 1.
+func (s *start) subreaper() int {
 	sub, err := reaper.BecomeSubreaper()
 	if err != nil {
 		klog.ErrorS(err, "Cannot become a child subreaper; orphans would escape nodeinit")
@@ -232,28 +343,36 @@ func boot(cfg *config.Config, sigs *signals.Set, warnings []string) int {
 	if sub {
 		klog.InfoS("Not PID 1: registered as child subreaper, orphans of the executor and the proxy are reaped here")
 	}
+	return 0
+}
 
-	sc.Signals = sigs
-	notifier := notify.New()
-	sc.OnExecutorStarted = func(int) { notifier.ReadyWhenHealthy(notify.Probe{URL: cfg.ReadyURL}) }
-	sc.OnShutdown = notifier.Stopping
-	if cfg.GracefulNodeShutdown.Enabled {
-		drain, env, err := startNodeDrain(cfg.GracefulNodeShutdown, kubelet)
-		if err != nil {
-			klog.ErrorS(err, "Cannot serve login1 for graceful node shutdown")
-			return exitFailure
-		}
-		defer drain.close()
-		drain.wire(&sc)
-		// The executor alone: the proxy has no node to drain. Any bus
-		// address it had is replaced: its D-Bus library takes the first.
-		key, addr, _ := strings.Cut(env, "=")
-		sc.Executor.Env = node.Setenv(sc.Executor.Env, key, addr)
+// notify tells a service manager that the node is ready once the executor
+// is healthy, and that it stops when the shutdown begins.
+func (s *start) notify() int {
+	s.notifier = notify.New()
+	s.sc.OnExecutorStarted = func(int) { s.notifier.ReadyWhenHealthy(notify.Probe{URL: s.cfg.ReadyURL}) }
+	s.sc.OnShutdown = s.notifier.Stopping
+	return 0
+}
+
+// gracefulShutdown serves login1 to the executor, when asked. It comes
+// after notify: the bus admits the executor, then the notifier is told.
+func (s *start) gracefulShutdown() int {
+	if !s.cfg.GracefulNodeShutdown.Enabled {
+		return 0
 	}
-	code = supervisor.New(sc).Run()
-	// STOPPING=1 goes out before nodeinit does, within a bound.
-	notifier.Wait(notifyBound)
-	return code
+	drain, env, err := startNodeDrain(s.cfg.GracefulNodeShutdown, s.kubelet)
+	if err != nil {
+		klog.ErrorS(err, "Cannot serve login1 for graceful node shutdown")
+		return exitFailure
+	}
+	s.undo = append(s.undo, drain.close)
+	drain.wire(&s.sc)
+	// The executor alone: the proxy has no node to drain. Any bus address
+	// it had is replaced: its D-Bus library takes the first.
+	key, addr, _ := strings.Cut(env, "=")
+	s.sc.Executor.Env = node.Setenv(s.sc.Executor.Env, key, addr)
+	return 0
 }
 
 // adjustForContainer checks what the container lacks or restricts, logs

@@ -66,6 +66,29 @@ func TestPID1GivesTheExecutorAMachineIDOfItsOwn(t *testing.T) {
 	}
 }
 
+// The start's order, seen in a real run: the node's id is mounted before
+// / is made shared (so its mount cannot propagate), and both before the
+// first task starts.
+func TestPID1MountsTheIdentityBeforeMakingRootShared(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	read, log := machineIDAsPID1(t, true, state, "--make-rshared")
+	if !identity.Valid(read) {
+		t.Fatalf("the executor read %q; want a machine-id of the node's own\n%s", read, log)
+	}
+	order := []string{`"Mounting a machine-id of the node's own over /etc/machine-id`, `"Made / rshared`, `"Started task"`}
+	at := -1
+	for _, line := range order {
+		i := strings.Index(log, line)
+		if i < 0 {
+			t.Fatalf("no %s in nodeinit's log:\n%s", line, log)
+		}
+		if i < at {
+			t.Errorf("%s comes before the line ahead of it in %q:\n%s", line, order, log)
+		}
+		at = i
+	}
+}
+
 // PID 1 of a pid namespace without a /proc of its own may be in the host's
 // mount namespace: nodeinit mounts nothing and says why.
 func TestPID1WithTheHostsProcMountsNothing(t *testing.T) {
