@@ -223,7 +223,17 @@ func TestReadOnlyCgroupfsIsRemountedForAKubelet(t *testing.T) {
 		return out
 	}
 	own := testenv.Options{Unshare: []string{"--cgroup"}}
+	// Every hierarchy is mounted afresh in the namespace, as a runtime
+	// with --cgroupns=private mounts them: a v1 hierarchy left as the
+	// host's would show cgroups above the namespace's root, which nodeinit
+	// refuses to take for the container's. Only the cgroup2 one is
+	// read-only.
 	fresh := fmt.Sprintf("umount -l %[1]s\nmount -t cgroup2 -o ro,nosuid,nodev,noexec nodeinit-test %[1]s", unified)
+	for _, h := range l.Hierarchies {
+		if !h.Unified {
+			fresh += fmt.Sprintf("\numount -l %[1]s\nmount -t cgroup -o nosuid,nodev,noexec,%[2]s nodeinit-test %[1]s", h.Mountpoint, strings.Join(h.Controllers, ","))
+		}
+	}
 	r := runRestricted(t, own, fresh, nil)
 	if o := options(r)[unified]; !strings.HasPrefix(o, "rw,") {
 		t.Errorf("the kubelet sees %s mounted %q; want read-write; log:\n%s", unified, o, r.n.Log())
@@ -240,7 +250,7 @@ func TestReadOnlyCgroupfsIsRemountedForAKubelet(t *testing.T) {
 	if code := r.n.ExitCode(); code != 1 || r.report != "" {
 		t.Errorf("exit %d, kubelet's report %q; want 1 and no kubelet for the host's cgroup tree; log:\n%s", code, r.report, r.n.Log())
 	}
-	if e := r.n.Lines('E', "is the host's whole cgroup tree", "--cgroupns=private"); len(e) != 1 {
+	if e := r.n.Lines('E', "is the host's whole cgroup tree", "mount it read-write"); len(e) != 1 {
 		t.Errorf("want one error line refusing the host's cgroup tree; log:\n%s", r.n.Log())
 	}
 	if a := r.adjusted("cgroupfs"); len(a) != 0 {
