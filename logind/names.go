@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // The bus's basics that ordinary clients call before anything else:
@@ -21,6 +22,10 @@ import (
 // org.freedesktop.systemd1 where no upstream bus has it): logind's own
 // connection to the bus, as on a machine. Connections get :1.1 on.
 const logindOwner = ":1.0"
+
+// maxMachineIDFile bounds the machine-id file: 32 hex digits and a
+// newline, with room for white space around them.
+const maxMachineIDFile = 64
 
 // Interfaces every object of logind has.
 const (
@@ -275,11 +280,14 @@ func (c *conn) commonMethod(in *call, sender string, intro map[string]string) bo
 }
 
 // machineID reads the machine ID as dbus-daemon does: /etc/machine-id, or
-// /var/lib/dbus/machine-id.
+// /var/lib/dbus/machine-id. Each is read as a regular file of at most
+// maxMachineIDFile bytes, so that a FIFO or a device there cannot hold the
+// client's reader; a link is followed, as one of the two is often a link
+// to the other.
 func machineID(root string) (string, error) {
 	var last error
 	for _, p := range []string{"etc/machine-id", "var/lib/dbus/machine-id"} {
-		b, err := os.ReadFile(filepath.Join(root, p))
+		b, err := linux.ReadRegularFile(filepath.Join(root, p), maxMachineIDFile, linux.FollowLink)
 		if err != nil {
 			last = err
 			continue
