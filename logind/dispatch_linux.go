@@ -213,6 +213,12 @@ func (c *conn) logindMethod(in *call) {
 		c.getProperty(in)
 	case in.member == "Inhibit" && (in.iface == managerIface || in.iface == ""):
 		c.inhibit(in)
+	case in.member == "ListInhibitors" && (in.iface == managerIface || in.iface == ""):
+		if e := wantSignature(in, ""); e != nil {
+			c.fail(in, logindOwner, e)
+			return
+		}
+		c.reply(in, logindOwner, c.bus.listInhibitors())
 	default:
 		c.fail(in, logindOwner, unknownMethod(in))
 	}

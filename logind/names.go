@@ -387,6 +387,9 @@ const (
    <arg type="s" name="mode" direction="in"/>
    <arg type="h" name="pipe_fd" direction="out"/>
   </method>
+  <method name="ListInhibitors">
+   <arg type="a(ssssuu)" name="inhibitors" direction="out"/>
+  </method>
   <signal name="PrepareForShutdown">
    <arg type="b" name="start"/>
   </signal>
