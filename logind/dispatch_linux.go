@@ -100,8 +100,9 @@ func (c *conn) handle(m *dbus.Message) error {
 	default:
 		// The system bus's, where there is one; else what a bus answers
 		// for a name nobody owns and nothing can start. This bus does not
-		// route between its own clients.
-		if c.bus.localOwner(in.dest, true) != "" {
+		// route between its own clients, and a unique name with its
+		// prefix is never one of the system bus's.
+		if strings.HasPrefix(in.dest, localPrefix) {
 			c.fail(in, busName, &callError{errServiceUnknown, fmt.Sprintf("The name %s was not provided by any .service files", in.dest)})
 		} else {
 			c.forwardOrFail(in)
@@ -113,7 +114,7 @@ func (c *conn) handle(m *dbus.Message) error {
 // hello gives the connection its unique name, answers with it, and sends
 // NameAcquired for it, in that order, as dbus-daemon does.
 func (c *conn) hello(in *call) {
-	name := ":1." + strconv.FormatUint(c.id, 10)
+	name := localPrefix + strconv.FormatUint(c.id, 10)
 	c.mu.Lock()
 	c.name = name
 	c.mu.Unlock()
@@ -157,7 +158,8 @@ func (c *conn) busMethod(in *call) {
 			c.forwardMatch(in)
 		}
 	default:
-		if !c.nameMethod(in) && !(upstreamBusMethods[in.member] && c.passesThrough() && c.forward(in, plainReply)) {
+		if !c.nameMethod(in) && !c.connectionMethod(in, c.passesThrough()) &&
+			!(upstreamBusMethods[in.member] && c.passesThrough() && c.forward(in, plainReply)) {
 			c.fail(in, busName, unknownMethod(in))
 		}
 	}
