@@ -41,21 +41,26 @@ type callError struct{ name, text string }
 
 // call is one incoming method call and the header fields it is routed by.
 type call struct {
-	msg                            *dbus.Message
+	msg *dbus.Message
+	// raw is the message as the client sent it, which goes on to the
+	// system bus as it is.
+	raw                            []byte
 	dest, path, iface, member, sig string
 	// fds are the descriptors the message carried: closed once it is
 	// answered, unless it went on to the system bus with them.
 	fds []int
 }
 
-// handle answers one message from the peer. An error ends the connection.
-func (c *conn) handle(m *dbus.Message) error {
+// handle answers one message from the peer, m decoded from raw. An error
+// ends the connection.
+func (c *conn) handle(m *dbus.Message, raw []byte) error {
 	fds, err := c.takeFDs(m)
 	if err != nil {
 		return err
 	}
 	in := &call{
 		msg:    m,
+		raw:    raw,
 		fds:    fds,
 		dest:   header(m, dbus.FieldDestination),
 		path:   header(m, dbus.FieldPath),
@@ -155,7 +160,7 @@ func (c *conn) busMethod(in *call) {
 			ok = c.removeMatch(in, rule)
 		}
 		if ok && c.passesThrough() {
-			c.forwardMatch(in)
+			c.forwardMatch(in, rule)
 		}
 	default:
 		if !c.nameMethod(in) && !c.connectionMethod(in, c.passesThrough()) &&

@@ -22,8 +22,10 @@ import (
 )
 
 // systemBusConfig is a system bus of the test's own: dbus-daemon's
-// system-bus type and authentication, with a policy that lets the test's
-// connections own and call anything.
+// system-bus type and authentication, and the stock system bus's default
+// policy (anyone may send a signal to anyone, and a method call only where
+// a service's policy allows it), with holes for the test's services as
+// their own policy files would make them.
 const systemBusConfig = `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>
@@ -32,9 +34,27 @@ const systemBusConfig = `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus B
   <auth>EXTERNAL</auth>
   <policy context="default">
     <allow user="*"/>
-    <allow own="*"/>
-    <allow send_destination="*"/>
-    <allow receive_sender="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus" send_member="UpdateActivationEnvironment"/>
+    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Debug.Stats"/>
+    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.systemd1.Activator"/>
+  </policy>
+  <policy context="default">
+    <allow own="org.example.Echo"/>
+    <allow send_destination="org.example.Echo"/>
+    <allow own="org.freedesktop.systemd1"/>
+    <allow send_destination="org.freedesktop.systemd1"/>
   </policy>
 </busconfig>
 `
@@ -220,22 +240,24 @@ func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	syscall.Close(int(fd))
 
-	// The system bus goes away: only the pass-through ends.
+	// The system bus goes away: the pass-through ends, and the client's
+	// connection is closed, so that its library connects again; logind
+	// answers the next connection, and the lock taken holds.
+	drained := b.PrepareForShutdown()
 	stopSystemBus()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := obj.Call("org.example.Echo.Echo", 0, "hi").Err
-		if name := dbusErrorName(err); name == errServiceUnknown {
-			break
-		} else if name != errNoReply || time.Now().After(deadline) {
-			t.Fatalf("Echo after the system bus stopped: %v, want %s", err, errServiceUnknown)
-		}
-	}
-	if d, err := k.currentInhibitDelay(); err != nil || d != 90*time.Second {
+	waitFor(t, conn.Context().Done(), "the client's connection closed once its pass-through ended")
+	again := kubelet{connect(t, b)}
+	if d, err := again.currentInhibitDelay(); err != nil || d != 90*time.Second {
 		t.Errorf("logind after the system bus stopped: %v, %v", d, err)
 	}
+	select {
+	case <-drained:
+		t.Error("the lock was released when the pass-through ended")
+	default:
+	}
+	syscall.Close(int(fd))
+	waitFor(t, drained, "the lock released")
 }
 
 // Without a system bus the calls for it get what a bus without those
@@ -340,5 +362,148 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// neighbourSignal sends, from conn, a signal addressed to dest.
+func neighbourSignal(t *testing.T, conn *dbus.Conn, dest string, iface, member string, body ...any) {
+	t.Helper()
+	m := withBody(&dbus.Message{Type: dbus.TypeSignal, Headers: map[dbus.HeaderField]dbus.Variant{
+		dbus.FieldDestination: dbus.MakeVariant(dest),
+		dbus.FieldPath:        dbus.MakeVariant(dbus.ObjectPath("/org/example/Neighbour")),
+		dbus.FieldInterface:   dbus.MakeVariant(iface),
+		dbus.FieldMember:      dbus.MakeVariant(member),
+	}}, body...)
+	if call := conn.Send(m, nil); call.Err != nil {
+		t.Fatalf("sending %s to %s: %v", member, dest, call.Err)
+	}
+}
+
+// Anyone on the system bus may send a signal to any connection there (the
+// stock policy allows signals up to the bus's message size), among them
+// the pass-through's. A neighbour's signal larger than a client's queue,
+// and signals the client has no match rule for, are dropped and logged
+// once; the client's long-lived connection (the kubelet's systemd cgroup
+// driver keeps one) goes on working, and gets none of them.
+func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
+	logs := captureLog(t)
+	address, _ := systemBus(t)
+	serveEcho(t, address)
+	b := listen(t, Options{Upstream: address})
+	client := connect(t, b)
+	signals := make(chan *dbus.Signal, 16)
+	client.Signal(signals)
+	must(t, client.AddMatchSignal(dbus.WithMatchInterface("org.example.Echo"), dbus.WithMatchMember("Pinged")))
+	echo := client.Object("org.example.Echo", "/org/example/Echo")
+	var s string
+	must(t, echo.Call("org.example.Echo.Echo", 0, "before").Store(&s))
+
+	neighbour, err := dbus.Connect(address)
+	must(t, err)
+	defer neighbour.Close()
+	var names []string
+	must(t, neighbour.BusObject().Call(busName+".ListNames", 0).Store(&names))
+	huge := strings.Repeat("x", 300<<10)
+	sent := 0
+	for _, name := range names {
+		if !strings.HasPrefix(name, ":") || name == neighbour.Names()[0] {
+			continue
+		}
+		neighbourSignal(t, neighbour, name, "org.example.Neighbour", "Huge", huge)
+		neighbourSignal(t, neighbour, name, "org.example.Neighbour", "Small", "unasked")
+		sent++
+	}
+	// A round trip to the bus: it has passed the signals on before it
+	// answers.
+	must(t, neighbour.BusObject().Call(busName+".GetId", 0).Store(&s))
+
+	for i := range 3 {
+		if err := echo.Call("org.example.Echo.Echo", 0, "after").Store(&s); err != nil || s != "echo after" {
+			t.Fatalf("Echo %d after the neighbour's signals: %q, %v", i, s, err)
+		}
+	}
+	// A signal the client asked for still comes, and nothing else but
+	// this bus's NameAcquired for the client.
+	must(t, echo.Call("org.example.Echo.Ping", 0).Err)
+	deadline := time.After(10 * time.Second)
+	for pinged := false; !pinged; {
+		select {
+		case sig := <-signals:
+			switch {
+			case sig.Name == "org.example.Echo.Pinged":
+				pinged = true
+			case sig.Sender != busName:
+				t.Errorf("the client got %s from %s", sig.Name, sig.Sender)
+			}
+		case <-deadline:
+			t.Fatal("no Pinged within 10s")
+		}
+	}
+	// Each unique name got two signals, the pass-through's among them.
+	var count int
+	b.mu.Lock()
+	for c := range b.conns {
+		c.px.mu.Lock()
+		if up := c.px.up; up != nil {
+			up.mu.Lock()
+			count += up.dropped
+			up.mu.Unlock()
+		}
+		c.px.mu.Unlock()
+	}
+	b.mu.Unlock()
+	if count != 2 {
+		t.Errorf("the pass-through dropped %d messages, want the neighbour's 2", count)
+	}
+	dropped := logs.lines("Dropped a message from the system bus")
+	t.Logf("the neighbour sent its signals to %d unique names; %d lines at Info for the drops", sent, len(dropped))
+	if len(dropped) != 1 || !strings.Contains(dropped[0], "larger than") {
+		t.Errorf("log of the drops: %q", dropped)
+	}
+}
+
+// The kubelet's graceful-shutdown connection needs nothing of the system
+// bus: its match rule is for logind's signal, which only this bus sends,
+// so it opens no pass-through, and a system bus that restarts cannot end
+// that connection.
+func TestTheKubeletsShutdownConnectionOpensNoPassThrough(t *testing.T) {
+	address, _ := systemBus(t)
+	b := listen(t, Options{Upstream: address})
+	k := kubelet{connect(t, b)}
+	if _, err := k.currentInhibitDelay(); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := k.inhibitShutdown()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(int(fd))
+	if _, err := k.monitorShutdown(); err != nil {
+		t.Fatal(err)
+	}
+	must(t, k.conn.AddMatchSignal(dbus.WithMatchSender(logindName), dbus.WithMatchMember("PrepareForShutdown")))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c := range b.conns {
+		c.px.mu.Lock()
+		if c.px.up != nil {
+			t.Errorf("%s has a pass-through", c.name)
+		}
+		c.px.mu.Unlock()
+	}
+	for rule, want := range map[string]bool{
+		"type='signal',interface='org.freedesktop.login1.Manager',member='PrepareForShutdown',path='/org/freedesktop/login1'": false,
+		"type='signal',sender='org.freedesktop.login1'":                                                                       false,
+		"type='signal',path_namespace='/org/freedesktop/login1/session'":                                                      false,
+		"type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='org.freedesktop.login1'":                 false,
+		"type='signal',sender=':nodeinit.0'":                                                                                  false,
+		"type='signal',interface='org.freedesktop.systemd1.Manager',member='JobRemoved'":                                      true,
+		"type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='org.freedesktop.systemd1'":               true,
+		"type='signal',path_namespace='/org'":                                                                                 true,
+	} {
+		r, err := parseMatchRule(rule)
+		if err != nil || upstreamMayMatch(r) != want {
+			t.Errorf("%s: goes up %v, %v; want %v", rule, upstreamMayMatch(r), err, want)
+		}
 	}
 }
