@@ -58,11 +58,6 @@ const (
 	maxPending = 256
 )
 
-// Errors a bus gives.
-const (
-	errNoReply = "org.freedesktop.DBus.Error.NoReply"
-)
-
 // SystemBusSocket is where the system bus listens (the specification's
 // default system bus address).
 const SystemBusSocket = "/run/dbus/system_bus_socket"
