@@ -336,7 +336,7 @@ func (h *fieldReader) signature(max int) (string, error) {
 // skip reads past one value of the single complete type sig (depth
 // counts the containers it is in).
 func (h *fieldReader) skip(sig string, depth int) error {
-	if depth > 64 || sig == "" {
+	if depth > 64 || sig == "" || completeType(sig) != len(sig) {
 		return fmt.Errorf("%w: header field of type %q", errProtocol, sig)
 	}
 	switch sig[0] {

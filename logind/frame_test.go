@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,7 +12,7 @@ import (
 	"github.com/godbus/dbus/v5"
 )
 
-func encodeIn(t *testing.T, m *dbus.Message, order binary.ByteOrder) []byte {
+func encodeIn(t testing.TB, m *dbus.Message, order binary.ByteOrder) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	if _, err := m.EncodeToWithFDs(&buf, order); err != nil {
@@ -80,4 +81,92 @@ func TestAFrameOverTheLimitIsSkipped(t *testing.T) {
 	if f, err = readFrame(r, 64<<10); err != nil || f.header(dbus.FieldMember) != "Small" || f.order != binary.BigEndian {
 		t.Errorf("the next frame: %v, %v", f, err)
 	}
+}
+
+// withField appends a header field of code, signature sig and encoded
+// value val (little-endian, aligned as at the field's place) to the
+// little-endian message raw.
+func withField(raw []byte, code byte, sig string, val func(off int) []byte) []byte {
+	fieldsLen := int(binary.LittleEndian.Uint32(raw[12:16]))
+	bodyAt := 16 + (fieldsLen+7)&^7
+	fields := append([]byte(nil), raw[16:16+fieldsLen]...)
+	for (16+len(fields))%8 != 0 {
+		fields = append(fields, 0)
+	}
+	fields = append(fields, code, byte(len(sig)))
+	fields = append(fields, sig...)
+	fields = append(fields, 0)
+	fields = append(fields, val(16+len(fields))...)
+	out := append([]byte(nil), raw[:12]...)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(fields)))
+	out = append(out, fields...)
+	for len(out)%8 != 0 {
+		out = append(out, 0)
+	}
+	return append(out, raw[bodyAt:]...)
+}
+
+// A header field the specification does not name is skipped, whatever its
+// type, and not passed on; a named field of the wrong type breaks the
+// stream.
+func TestAFrameSkipsHeaderFieldsItDoesNotKnow(t *testing.T) {
+	raw := encodeIn(t, newSignal(":1.1", "/a", "org.example.X", "Unknown", "y"), binary.LittleEndian)
+	// (su) "abc", 7: the struct at 8, its uint32 at 4.
+	odd := withField(raw, 200, "(su)", func(off int) []byte {
+		var b []byte
+		for (off+len(b))%8 != 0 {
+			b = append(b, 0)
+		}
+		b = binary.LittleEndian.AppendUint32(b, 3)
+		b = append(b, "abc\x00"...)
+		for (off+len(b))%4 != 0 {
+			b = append(b, 0)
+		}
+		return binary.LittleEndian.AppendUint32(b, 7)
+	})
+	f, err := readFrame(bufio.NewReader(bytes.NewReader(odd)), maxUpstreamMessage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.fields[200]; ok || f.header(dbus.FieldMember) != "Unknown" {
+		t.Errorf("fields %v", f.fields)
+	}
+	out, err := f.addressedTo(":nodeinit.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := decodeMessage(out); err != nil || m.Body[0] != "y" || header(m, dbus.FieldDestination) != ":nodeinit.1" {
+		t.Errorf("readdressed: %v, %v", m, err)
+	}
+	// A MEMBER (3) that is a uint32.
+	bad := withField(raw, 3, "u", func(off int) []byte {
+		b := make([]byte, (4-off%4)%4)
+		return binary.LittleEndian.AppendUint32(b, 1)
+	})
+	if _, err := readFrame(bufio.NewReader(bytes.NewReader(bad)), maxUpstreamMessage); !errors.Is(err, errProtocol) {
+		t.Errorf("a MEMBER of type u: %v", err)
+	}
+}
+
+// FuzzFrame feeds arbitrary bytes to readFrame, as from the system bus:
+// it must return a frame or an error, never panic, and what it passes on
+// must read back as the message it was.
+func FuzzFrame(f *testing.F) {
+	f.Add(encodeIn(f, newSignal(":1.1", "/a", "org.example.X", "Y", "z"), binary.LittleEndian))
+	f.Add(encodeIn(f, withBody(&dbus.Message{Type: dbus.TypeMethodReply, Headers: map[dbus.HeaderField]dbus.Variant{
+		dbus.FieldReplySerial: dbus.MakeVariant(uint32(2)), dbus.FieldDestination: dbus.MakeVariant(":1.9"),
+	}}, []sdUnitStatus{{Name: "a", Path: "/", JobPath: "/"}}), binary.BigEndian))
+	f.Fuzz(func(t *testing.T, input []byte) {
+		fr, err := readFrame(bufio.NewReader(bytes.NewReader(input)), 4096)
+		if err != nil || fr.raw == nil {
+			return
+		}
+		out, err := fr.addressedTo(":nodeinit.1")
+		if err != nil {
+			return
+		}
+		if _, err := readFrame(bufio.NewReader(bytes.NewReader(out)), 1<<20); err != nil {
+			t.Fatalf("a readdressed frame does not read back: %v", err)
+		}
+	})
 }
