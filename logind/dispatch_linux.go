@@ -153,14 +153,17 @@ func (c *conn) busMethod(in *call) {
 			c.fail(in, busName, &callError{errMatchRuleInvalid, "Invalid match rule: " + err.Error()})
 			return
 		}
+		// A rule the system bus should hold too is answered by it, once
+		// it holds there; the others here.
+		up := c.matchGoesUp(in, rule)
 		ok := false
 		if in.member == "AddMatch" {
-			ok = c.addMatch(in, rule)
+			ok = c.addMatch(in, rule, !up)
 		} else {
-			ok = c.removeMatch(in, rule)
+			ok = c.removeMatch(in, rule, !up)
 		}
-		if ok && c.passesThrough() {
-			c.forwardMatch(in, rule)
+		if ok && up && !c.forward(in, plainReply) {
+			c.reply(in, busName)
 		}
 	default:
 		if !c.nameMethod(in) && !c.connectionMethod(in, c.passesThrough()) &&
@@ -170,7 +173,8 @@ func (c *conn) busMethod(in *call) {
 	}
 }
 
-func (c *conn) addMatch(in *call, rule matchRule) bool {
+// addMatch adds rule, and answers the call when reply is set.
+func (c *conn) addMatch(in *call, rule matchRule, reply bool) bool {
 	c.mu.Lock()
 	full := len(c.rules) >= maxRules
 	if !full {
@@ -181,11 +185,15 @@ func (c *conn) addMatch(in *call, rule matchRule) bool {
 		c.fail(in, busName, &callError{errLimitsExceeded, fmt.Sprintf("Connection has %d match rules, the most it may have", maxRules)})
 		return false
 	}
-	c.reply(in, busName)
+	if reply {
+		c.reply(in, busName)
+	}
 	return true
 }
 
-func (c *conn) removeMatch(in *call, rule matchRule) bool {
+// removeMatch removes rule, and answers the call when reply is set or the
+// rule is not there.
+func (c *conn) removeMatch(in *call, rule matchRule, reply bool) bool {
 	c.mu.Lock()
 	found := false
 	for i, r := range c.rules {
@@ -200,7 +208,9 @@ func (c *conn) removeMatch(in *call, rule matchRule) bool {
 		c.fail(in, busName, &callError{errMatchRuleNotFound, "The given match rule wasn't found and can't be removed"})
 		return false
 	}
-	c.reply(in, busName)
+	if reply {
+		c.reply(in, busName)
+	}
 	return true
 }
 

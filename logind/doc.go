@@ -188,9 +188,12 @@
 // variants, which dbus-daemon takes for a corrupt message and answers by
 // closing the connection (the kubelet's systemd cgroup driver sends
 // StartTransientUnit with an a(sv) and reads ListUnits' a(ssssssouso)).
-// AddMatch and RemoveMatch hold here and are also sent up, with no reply
-// asked, unless the rule can match only what this bus sends (logind's
-// signals and names): the kubelet's rule for PrepareForShutdown opens no
+// AddMatch and RemoveMatch hold here and also go up, and the system bus
+// answers them, once the rule holds there (go-systemd adds its rule for
+// JobRemoved on one connection and starts the job on another: an answer
+// before the rule held could lose the job's end), unless the rule can
+// match only what this bus sends (logind's signals and names): those are
+// answered here, and the kubelet's rule for PrepareForShutdown opens no
 // connection to the system bus. GetNameOwner, NameHasOwner,
 // StartServiceByName, RequestName and ReleaseName of a name this bus does
 // not have, ListNames (with this bus's names added), ListActivatableNames,

@@ -260,29 +260,23 @@ func (c *conn) forwardOrFail(in *call) {
 	c.fail(in, busName, &callError{errServiceUnknown, fmt.Sprintf("The name %s was not provided by any .service files", in.dest)})
 }
 
-// forwardMatch adds or removes the client's match rule upstream too, once
-// it holds here, unless it can match only what this bus sends. The bus
-// answers the client; the upstream is asked for no reply. A RemoveMatch
-// does not open the connection.
-func (c *conn) forwardMatch(in *call, rule matchRule) {
-	if !upstreamMayMatch(rule) {
-		return
+// matchGoesUp reports whether the client's AddMatch or RemoveMatch goes
+// to the system bus too, which then answers it: a bus answers AddMatch
+// once the rule is in place, and go-systemd adds its rule for JobRemoved
+// on one connection before it starts a job on another, so an answer from
+// here alone could come before the rule holds there, and JobRemoved would
+// be lost. A rule that can match only what this bus sends stays here, and
+// a RemoveMatch opens no connection.
+func (c *conn) matchGoesUp(in *call, rule matchRule) bool {
+	if !c.passesThrough() || !upstreamMayMatch(rule) {
+		return false
 	}
 	if in.member == "RemoveMatch" {
 		c.px.mu.Lock()
-		open := c.px.up != nil
-		c.px.mu.Unlock()
-		if !open {
-			return
-		}
+		defer c.px.mu.Unlock()
+		return c.px.up != nil
 	}
-	up := c.upstreamConn()
-	if up == nil {
-		return
-	}
-	data := append([]byte(nil), in.raw...)
-	data[2] |= byte(dbus.FlagNoReplyExpected)
-	up.send(in, data, nil, plainReply)
+	return true
 }
 
 // upstreamMayMatch reports whether a rule can match anything the system

@@ -507,3 +507,33 @@ func TestTheKubeletsShutdownConnectionOpensNoPassThrough(t *testing.T) {
 		}
 	}
 }
+
+// AddMatch is answered once the rule holds on the system bus too, as a bus
+// answers it once the rule is in place: a signal sent there right after
+// the answer reaches the client. go-systemd adds its JobRemoved rule on
+// one connection and starts the job on another.
+func TestARuleHoldsUpstreamWhenAddMatchIsAnswered(t *testing.T) {
+	address, _ := systemBus(t)
+	service := serveEcho(t, address)
+	b := listen(t, Options{Upstream: address})
+	for i := range 10 {
+		conn := connect(t, b)
+		signals := make(chan *dbus.Signal, 4)
+		conn.Signal(signals)
+		must(t, conn.AddMatchSignal(dbus.WithMatchInterface("org.example.Echo"), dbus.WithMatchMember("Pinged")))
+		must(t, service.Emit("/org/example/Echo", "org.example.Echo.Pinged", "now"))
+		deadline := time.After(2 * time.Second)
+	wait:
+		for {
+			select {
+			case sig := <-signals:
+				if sig.Name == "org.example.Echo.Pinged" {
+					break wait
+				}
+			case <-deadline:
+				t.Fatalf("connection %d: no Pinged sent right after AddMatch was answered", i)
+			}
+		}
+		conn.Close()
+	}
+}
