@@ -213,7 +213,9 @@
 // nodeinit's), and anything but a reply while the client's queue is full
 // (its room for the bus's own replies is kept). A message larger than
 // 244 KiB (the client's queue, less that room) is read through a 4 KiB
-// buffer and dropped, its descriptors closed, nothing allocated for it.
+// buffer and dropped, its descriptors closed, nothing allocated for it;
+// when it is the reply to a call of the client's, the call is answered
+// with LimitsExceeded instead, so that it does not wait for ever.
 // Each drop is counted; the first of a pass-through is logged at Info
 // ("Dropped a message from the system bus for a D-Bus client"), the rest
 // at V(2), and the count when the pass-through ends. A reply the client

@@ -530,13 +530,14 @@ func (u *upstream) readLoop() {
 // client waits for waits for room in its queue.
 func (u *upstream) deliver(f *frame, fds []int) {
 	c := u.c
-	if f.raw == nil {
-		u.drop(f, fds, fmt.Sprintf("larger than the %d bytes the pass-through passes on", maxUpstreamMessage))
-		return
-	}
 	c.mu.Lock()
 	name := c.name
 	c.mu.Unlock()
+	if f.raw == nil {
+		u.drop(f, fds, fmt.Sprintf("larger than the %d bytes the pass-through passes on", maxUpstreamMessage))
+		u.refuseReply(f, name)
+		return
+	}
 	sender, iface, path := f.header(dbus.FieldSender), f.header(dbus.FieldInterface), f.header(dbus.FieldPath)
 	unicast := f.header(dbus.FieldDestination) != ""
 	var data []byte
@@ -598,6 +599,30 @@ func (u *upstream) deliver(f *frame, fds []int) {
 	}
 	if !c.pass(outgoing{data: data, fds: fds}, reply, u.done) && !reply {
 		u.drop(f, nil, "the client's queue is full")
+	}
+}
+
+// refuseReply answers the client's call that f, dropped for its size,
+// would have answered, with LimitsExceeded from the bus, as dbus-daemon
+// answers for a reply it cannot pass on: the call does not wait for ever.
+func (u *upstream) refuseReply(f *frame, name string) {
+	if f.typ != dbus.TypeMethodReply && f.typ != dbus.TypeError {
+		return
+	}
+	serial := f.uint32Field(dbus.FieldReplySerial)
+	u.mu.Lock()
+	_, ok := u.pending[serial]
+	delete(u.pending, serial)
+	u.mu.Unlock()
+	if !ok {
+		return
+	}
+	e := newError(&dbus.Message{}, busName, name, errLimitsExceeded,
+		fmt.Sprintf("The reply from %s is %d bytes, more than the %d this bus passes on", clip(f.header(dbus.FieldSender)), f.size, maxUpstreamMessage))
+	e.Headers[dbus.FieldReplySerial] = dbus.MakeVariant(serial)
+	data, _, err := encodeMessage(e, u.c.bus.nextSerial())
+	if err == nil {
+		u.c.pass(outgoing{data: data}, true, u.done)
 	}
 }
 

@@ -123,6 +123,9 @@ func (echo) Swap(w dbus.UnixFD) (dbus.UnixFD, *dbus.Error) {
 	return dbus.UnixFD(p[0]), nil
 }
 
+// Big answers with n bytes.
+func (echo) Big(n uint32) (string, *dbus.Error) { return strings.Repeat("x", int(n)), nil }
+
 func (e echo) Ping() *dbus.Error {
 	if err := e.conn.Emit("/org/example/Echo", "org.example.Echo.Pinged", "pong"); err != nil {
 		return dbus.MakeFailedError(err)
@@ -535,5 +538,30 @@ func TestARuleHoldsUpstreamWhenAddMatchIsAnswered(t *testing.T) {
 			}
 		}
 		conn.Close()
+	}
+}
+
+// A reply too large to pass on is answered with LimitsExceeded, so that the
+// call does not wait for ever; the pass-through goes on.
+func TestAReplyTooLargeToPassOnIsAnError(t *testing.T) {
+	address, _ := systemBus(t)
+	serveEcho(t, address)
+	b := listen(t, Options{Upstream: address})
+	conn := connect(t, b)
+	echo := conn.Object("org.example.Echo", "/org/example/Echo")
+	call := func(method string, args ...any) *dbus.Call {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return echo.CallWithContext(ctx, "org.example.Echo."+method, 0, args...)
+	}
+	var s string
+	if err := call("Big", uint32(maxUpstreamMessage-1024)).Store(&s); err != nil || len(s) != maxUpstreamMessage-1024 {
+		t.Errorf("a reply within the limit: %d bytes, %v", len(s), err)
+	}
+	if err := call("Big", uint32(300<<10)).Err; dbusErrorName(err) != errLimitsExceeded {
+		t.Errorf("a reply of 300 KiB: %v, want %s", err, errLimitsExceeded)
+	}
+	if err := call("Echo", "after").Store(&s); err != nil || s != "echo after" {
+		t.Errorf("Echo after: %.40q, %v", s, err)
 	}
 }
