@@ -177,7 +177,8 @@
 // /run/dbus/system_bus_socket) every message not for logind and not
 // answered by the bus itself passes through: each client connection gets
 // one connection to the system bus, opened when it first needs it (its
-// first AddMatch, or a call for a name this bus does not have),
+// first AddMatch that the system bus could answer, or a call for a name
+// this bus does not have),
 // authenticated as nodeinit, with unix fd passing when the client has it.
 // Calls and the client's replies and signals go up as the client sent
 // them: its bytes, its byte order, its serials. Replies, errors, signals
@@ -187,7 +188,7 @@
 // encoded again: godbus writes a decoded struct back as an array of
 // variants, which dbus-daemon takes for a corrupt message and answers by
 // closing the connection (the kubelet's systemd cgroup driver sends
-// StartTransientUnit with an a(sv) and reads ListUnits' a(ssssssouso)).
+// StartTransientUnit with an a(sv); ListUnits answers an a(ssssssouso)).
 // AddMatch and RemoveMatch hold here and also go up, and the system bus
 // answers them, once the rule holds there (go-systemd adds its rule for
 // JobRemoved on one connection and starts the job on another: an answer
@@ -226,10 +227,9 @@
 // fills) ends the pass-through and closes the client's connection, so
 // that its library connects again, as godbus's and go-systemd's users do
 // (runc's systemd manager connects again when it finds its connection
-// closed); its
-// match rules and names up there are gone with it. A kubelet configured
-// for the systemd cgroup driver where there is no system bus is refused
-// at start (RequireSystemBus).
+// closed); its match rules and names up there are gone with it. A kubelet
+// configured for the systemd cgroup driver where there is no system bus
+// is refused at start (RequireSystemBus).
 //
 // An inhibitor's pipe is made with O_CLOEXEC and its write end is closed in
 // nodeinit as soon as it is sent, so the lock's lifetime is the client's

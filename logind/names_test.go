@@ -332,3 +332,35 @@ func TestUniqueNamesOfTheSystemBusAreNotThisBussOwn(t *testing.T) {
 		t.Errorf("logind's unique name %s lacks the bus's prefix %s", logindOwner, localPrefix)
 	}
 }
+
+// GIO binds to a service's unique name too: gdbus monitor of a service of
+// the system bus behind this one resolves its owner there, adds a rule for
+// that sender, and prints its signal.
+func TestGDBusMonitorsAServiceOfTheSystemBus(t *testing.T) {
+	gdbus := testenv.RequireTool(t, "gdbus")
+	address, _ := systemBus(t)
+	service := serveEcho(t, address)
+	b := listen(t, Options{Upstream: address})
+	out := runClient(t, clientEnv(b), "is owned by "+service.Names()[0], func() <-chan struct{} {
+		waitForRule(t, b, "sender", service.Names()[0])
+		// The rule holds up there once the system bus has answered
+		// AddMatch, which this side does not see: the service repeats its
+		// signal until gdbus has printed one.
+		stop := make(chan struct{})
+		t.Cleanup(func() { close(stop) })
+		go func() {
+			for {
+				_ = service.Emit("/org/example/Echo", "org.example.Echo.Pinged", "pong")
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}()
+		return nil
+	}, gdbus, "monitor", "--system", "--dest", "org.example.Echo")
+	if !strings.Contains(out, "/org/example/Echo: org.example.Echo.Pinged ('pong',)") {
+		t.Errorf("gdbus monitor printed:\n%s", out)
+	}
+}
