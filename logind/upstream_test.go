@@ -565,3 +565,30 @@ func TestAReplyTooLargeToPassOnIsAnError(t *testing.T) {
 		t.Errorf("Echo after: %.40q, %v", s, err)
 	}
 }
+
+// sd-bus (busctl, systemctl's library) reaches a service of the system bus
+// through the pass-through, and reads its unique name here.
+func TestSdBusCallsThroughThePassThrough(t *testing.T) {
+	busctl := testenv.RequireTool(t, "busctl")
+	address, _ := systemBus(t)
+	serveEcho(t, address)
+	b := listen(t, Options{Upstream: address})
+	run := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, busctl, append([]string{"--system"}, args...)...)
+		cmd.Env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+b.Address())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("busctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if out := run("call", "org.example.Echo", "/org/example/Echo", "org.example.Echo", "Echo", "s", "hi"); out != "s \"echo hi\"\n" {
+		t.Errorf("busctl call: %q", out)
+	}
+	if out := run("call", busName, string(busPath), busName, "GetNameOwner", "s", logindName); out != "s \""+logindOwner+"\"\n" {
+		t.Errorf("busctl GetNameOwner(login1): %q", out)
+	}
+}
