@@ -1,14 +1,17 @@
 package logind
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +21,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/internal/linux"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
@@ -591,4 +595,98 @@ func TestSdBusCallsThroughThePassThrough(t *testing.T) {
 	if out := run("call", busName, string(busPath), busName, "GetNameOwner", "s", logindName); out != "s \""+logindOwner+"\"\n" {
 		t.Errorf("busctl GetNameOwner(login1): %q", out)
 	}
+}
+
+// upstreamName is the unique name on the system bus of the pass-through
+// of b's one connection that has one.
+func upstreamName(t *testing.T, b *Bus) string {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c := range b.conns {
+		c.px.mu.Lock()
+		up := c.px.up
+		c.px.mu.Unlock()
+		if up != nil {
+			return up.name
+		}
+	}
+	t.Fatal("no connection has a pass-through")
+	return ""
+}
+
+// rawNeighbour is a connection to the system bus at address that writes
+// its messages itself: godbus gives up on a message with descriptors that
+// the socket does not take in one write.
+type rawNeighbour struct {
+	nc  *net.UnixConn
+	raw syscall.RawConn
+}
+
+func dialRawNeighbour(t *testing.T, address string) *rawNeighbour {
+	t.Helper()
+	path, err := unixSocket(address)
+	must(t, err)
+	nc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	must(t, err)
+	t.Cleanup(func() { nc.Close() })
+	raw, err := nc.SyscallConn()
+	must(t, err)
+	hello := encodeCall(t, 1, busName, busPath, busName, "Hello")
+	_, err = nc.Write(append([]byte("\x00AUTH EXTERNAL "+hexID(strconv.Itoa(os.Getuid()))+"\r\nNEGOTIATE_UNIX_FD\r\nBEGIN\r\n"), hello...))
+	must(t, err)
+	// The bus takes descriptors only once it has read BEGIN: wait for
+	// Hello's answer. What comes after is never read: a socket buffer
+	// holds it.
+	must(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
+	r := bufio.NewReader(nc)
+	for range 2 {
+		_, err := r.ReadString('\n')
+		must(t, err)
+	}
+	_, err = readMessage(r)
+	must(t, err)
+	return &rawNeighbour{nc, raw}
+}
+
+// signal sends a signal to dest with body, passing the descriptors its
+// UnixFD values name.
+func (n *rawNeighbour) signal(t *testing.T, serial uint32, dest string, body ...any) {
+	t.Helper()
+	m := withBody(&dbus.Message{Type: dbus.TypeSignal, Headers: map[dbus.HeaderField]dbus.Variant{
+		dbus.FieldDestination: dbus.MakeVariant(dest),
+		dbus.FieldPath:        dbus.MakeVariant(dbus.ObjectPath("/org/example/Neighbour")),
+		dbus.FieldInterface:   dbus.MakeVariant("org.example.Neighbour"),
+		dbus.FieldMember:      dbus.MakeVariant("WithFD"),
+	}}, body...)
+	data, fds, err := encodeMessage(m, serial)
+	must(t, err)
+	must(t, linux.SendAll(n.raw, data, fds))
+}
+
+// The descriptors a dropped message carries are closed: a neighbour's
+// signal with a pipe's write end, too large or not asked for, leaves
+// nodeinit holding nothing, and the pipe's reader sees its end.
+func TestADroppedMessagesDescriptorsAreClosed(t *testing.T) {
+	address, _ := systemBus(t)
+	serveEcho(t, address)
+	b := listen(t, Options{Upstream: address})
+	client := connect(t, b)
+	must(t, client.Object("org.example.Echo", "/org/example/Echo").Call("org.example.Echo.Echo", 0, "x").Err)
+	dest := upstreamName(t, b)
+	neighbour := dialRawNeighbour(t, address)
+	for i, size := range []int{10, 300 << 10} {
+		var p [2]int
+		must(t, unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK)) // the reader in Go's poller
+		r := os.NewFile(uintptr(p[0]), "r")
+		neighbour.signal(t, uint32(i+2), dest, dbus.UnixFD(p[1]), strings.Repeat("x", size))
+		unix.Close(p[1])
+		must(t, r.SetReadDeadline(time.Now().Add(5*time.Second)))
+		if _, err := r.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Errorf("a dropped signal of %d bytes with a descriptor: the pipe's reader got %v, want EOF", size, err)
+		}
+		r.Close()
+	}
+	// The pass-through goes on.
+	must(t, client.Object("org.example.Echo", "/org/example/Echo").Call("org.example.Echo.Echo", 0, "x").Err)
 }
