@@ -97,6 +97,10 @@ type tunables struct {
 	now func() time.Time
 	// afterRelease, when set, is called after an inhibitor is released.
 	afterRelease func()
+	// upstreamHook, when set, is called by a pass-through's reader for
+	// each message it has read ("reading") and by its writer before each
+	// write ("writing"): the tests' way into those goroutines.
+	upstreamHook func(during string)
 }
 
 func defaultTunables() tunables {

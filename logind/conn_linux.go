@@ -113,13 +113,16 @@ type conn struct {
 	closed bool
 
 	wake chan struct{} // the queue has something (capacity 1)
-	room chan struct{} // the writer took something (capacity 1)
-	done chan struct{} // closed by close
+	room chan struct{} // the writer took something (capacity 1), for the reader
+	// passRoom is room again for what comes from the system bus
+	// (capacity 1), for the pass-through's reader.
+	passRoom chan struct{}
+	done     chan struct{} // closed by close
 }
 
 func newConn(b *Bus, nc *net.UnixConn, raw syscall.RawConn, id uint64, cred unix.Ucred, accepted time.Time) *conn {
 	return &conn{bus: b, nc: nc, raw: raw, id: id, cred: cred, accepted: accepted,
-		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), passRoom: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // serve runs the connection to its end.
@@ -153,7 +156,7 @@ func (c *conn) serve() {
 		if err == nil {
 			var m *dbus.Message
 			if m, err = decodeMessage(raw); err == nil {
-				err = c.handle(m)
+				err = c.handle(m, raw)
 			}
 		}
 		if err != nil {
@@ -331,11 +334,63 @@ func (c *conn) pop() (outgoing, bool) {
 	if !ok {
 		return outgoing{}, false
 	}
-	select {
-	case c.room <- struct{}{}:
-	default:
+	for _, ch := range []chan struct{}{c.room, c.passRoom} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 	return o, true
+}
+
+// passedRoom is what the queue keeps for the bus's own messages while
+// messages from the system bus wait in it: the replies to one call of the
+// client's and one broadcast. So the system bus can never fill the queue
+// that the client's own calls need (waitRoom), and a message from it is
+// never a reason to drop the client.
+const passedRoom = repliesPerCall + maxBroadcasts
+
+// fitsPassed reports whether a message of size bytes from the system bus
+// fits in the queue beside passedRoom.
+func (q *outbox) fitsPassed(size int) bool {
+	return q.fits(1+passedRoom, size+passedRoom*maxReplyBytes, maxQueued, maxQueuedBytes)
+}
+
+// pass queues a message from the system bus when the queue has room for
+// it beside what it keeps for the bus's own (fitsPassed). Without room, a
+// message that may wait (a reply the client is waiting for) waits until
+// the writer makes room, the connection closes or stop closes; another is
+// dropped. It reports whether o was queued; o's fds are pass's.
+func (c *conn) pass(o outgoing, wait bool, stop <-chan struct{}) bool {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			closeFDs(o.fds)
+			return false
+		}
+		if c.queue.fitsPassed(len(o.data)) {
+			c.queue.push(o)
+			c.mu.Unlock()
+			select {
+			case c.wake <- struct{}{}:
+			default:
+			}
+			return true
+		}
+		c.mu.Unlock()
+		if !wait {
+			closeFDs(o.fds)
+			return false
+		}
+		select {
+		case <-c.passRoom:
+		case <-c.done:
+		case <-stop:
+			closeFDs(o.fds)
+			return false
+		}
+	}
 }
 
 // close ends the connection: both goroutines return, and the fds of

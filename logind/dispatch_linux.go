@@ -41,21 +41,26 @@ type callError struct{ name, text string }
 
 // call is one incoming method call and the header fields it is routed by.
 type call struct {
-	msg                            *dbus.Message
+	msg *dbus.Message
+	// raw is the message as the client sent it, which goes on to the
+	// system bus as it is.
+	raw                            []byte
 	dest, path, iface, member, sig string
 	// fds are the descriptors the message carried: closed once it is
 	// answered, unless it went on to the system bus with them.
 	fds []int
 }
 
-// handle answers one message from the peer. An error ends the connection.
-func (c *conn) handle(m *dbus.Message) error {
+// handle answers one message from the peer, m decoded from raw. An error
+// ends the connection.
+func (c *conn) handle(m *dbus.Message, raw []byte) error {
 	fds, err := c.takeFDs(m)
 	if err != nil {
 		return err
 	}
 	in := &call{
 		msg:    m,
+		raw:    raw,
 		fds:    fds,
 		dest:   header(m, dbus.FieldDestination),
 		path:   header(m, dbus.FieldPath),
@@ -100,8 +105,9 @@ func (c *conn) handle(m *dbus.Message) error {
 	default:
 		// The system bus's, where there is one; else what a bus answers
 		// for a name nobody owns and nothing can start. This bus does not
-		// route between its own clients.
-		if c.bus.localOwner(in.dest, true) != "" {
+		// route between its own clients, and a unique name with its
+		// prefix is never one of the system bus's.
+		if strings.HasPrefix(in.dest, localPrefix) {
 			c.fail(in, busName, &callError{errServiceUnknown, fmt.Sprintf("The name %s was not provided by any .service files", in.dest)})
 		} else {
 			c.forwardOrFail(in)
@@ -113,7 +119,7 @@ func (c *conn) handle(m *dbus.Message) error {
 // hello gives the connection its unique name, answers with it, and sends
 // NameAcquired for it, in that order, as dbus-daemon does.
 func (c *conn) hello(in *call) {
-	name := ":1." + strconv.FormatUint(c.id, 10)
+	name := localPrefix + strconv.FormatUint(c.id, 10)
 	c.mu.Lock()
 	c.name = name
 	c.mu.Unlock()
@@ -147,23 +153,28 @@ func (c *conn) busMethod(in *call) {
 			c.fail(in, busName, &callError{errMatchRuleInvalid, "Invalid match rule: " + err.Error()})
 			return
 		}
+		// A rule the system bus should hold too is answered by it, once
+		// it holds there; the others here.
+		up := c.matchGoesUp(in, rule)
 		ok := false
 		if in.member == "AddMatch" {
-			ok = c.addMatch(in, rule)
+			ok = c.addMatch(in, rule, !up)
 		} else {
-			ok = c.removeMatch(in, rule)
+			ok = c.removeMatch(in, rule, !up)
 		}
-		if ok && c.passesThrough() {
-			c.forwardMatch(in)
+		if ok && up && !c.forward(in, plainReply) {
+			c.reply(in, busName)
 		}
 	default:
-		if !c.nameMethod(in) && !(upstreamBusMethods[in.member] && c.passesThrough() && c.forward(in, plainReply)) {
+		if !c.nameMethod(in) && !c.connectionMethod(in, c.passesThrough()) &&
+			!(upstreamBusMethods[in.member] && c.passesThrough() && c.forward(in, plainReply)) {
 			c.fail(in, busName, unknownMethod(in))
 		}
 	}
 }
 
-func (c *conn) addMatch(in *call, rule matchRule) bool {
+// addMatch adds rule, and answers the call when reply is set.
+func (c *conn) addMatch(in *call, rule matchRule, reply bool) bool {
 	c.mu.Lock()
 	full := len(c.rules) >= maxRules
 	if !full {
@@ -174,11 +185,15 @@ func (c *conn) addMatch(in *call, rule matchRule) bool {
 		c.fail(in, busName, &callError{errLimitsExceeded, fmt.Sprintf("Connection has %d match rules, the most it may have", maxRules)})
 		return false
 	}
-	c.reply(in, busName)
+	if reply {
+		c.reply(in, busName)
+	}
 	return true
 }
 
-func (c *conn) removeMatch(in *call, rule matchRule) bool {
+// removeMatch removes rule, and answers the call when reply is set or the
+// rule is not there.
+func (c *conn) removeMatch(in *call, rule matchRule, reply bool) bool {
 	c.mu.Lock()
 	found := false
 	for i, r := range c.rules {
@@ -193,7 +208,9 @@ func (c *conn) removeMatch(in *call, rule matchRule) bool {
 		c.fail(in, busName, &callError{errMatchRuleNotFound, "The given match rule wasn't found and can't be removed"})
 		return false
 	}
-	c.reply(in, busName)
+	if reply {
+		c.reply(in, busName)
+	}
 	return true
 }
 
@@ -213,6 +230,12 @@ func (c *conn) logindMethod(in *call) {
 		c.getProperty(in)
 	case in.member == "Inhibit" && (in.iface == managerIface || in.iface == ""):
 		c.inhibit(in)
+	case in.member == "ListInhibitors" && (in.iface == managerIface || in.iface == ""):
+		if e := wantSignature(in, ""); e != nil {
+			c.fail(in, logindOwner, e)
+			return
+		}
+		c.reply(in, logindOwner, c.bus.listInhibitors())
 	default:
 		c.fail(in, logindOwner, unknownMethod(in))
 	}

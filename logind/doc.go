@@ -28,7 +28,10 @@
 //     the same name further down, a link to /dev/null masking it), starting
 //     from Options.InhibitDelayMax as logind starts from its defaults, and
 //     replies only then, so that the kubelet's next read sees the new
-//     delay. InhibitDelayMax follows it.
+//     delay. InhibitDelayMax follows it. Each file is read as a regular
+//     file of at most 64 KiB, a link followed as systemd follows it
+//     (internal/linux.ReadRegularFile): a FIFO, a device (a link to
+//     /dev/zero) or a larger file is skipped and logged, never waited on.
 //     Another unit is NoSuchUnit, another signal to logind NotSupported;
 //  3. calls Inhibit("shutdown", "kubelet", why, "delay") and keeps the unix fd
 //     it gets: the write end of a pipe whose read end the bus watches;
@@ -92,9 +95,9 @@
 // first is logged at Info, the rest within 30 s only at V(2), and one Info
 // line counts them every 30 s for as long as they go on. Every goroutine
 // that serves a client (the reader, the writer, an inhibitor's watcher,
-// and the admission on the accept loop) turns a panic into the end of that
-// connection, or the release of that lock, logged with its stack: a bug
-// there must not end PID 1.
+// the admission on the accept loop, and a pass-through's reader and writer)
+// turns a panic into the end of that connection, or the release of that
+// lock, logged with its stack: a bug there must not end PID 1.
 //
 // Messages are encoded and decoded by godbus (github.com/godbus/dbus/v5),
 // the library the kubelet's side uses, at v5.2 or later: v5.1's decoder
@@ -120,17 +123,28 @@
 // get_object binds its proxy to the unique name GetNameOwner gives and
 // introspects, GIO's proxies read GetAll and drop a signal whose sender is
 // not the name's unique owner. So logind has a unique name of its own,
-// ":1.0" (connections get ":1.1" on), which GetNameOwner gives for
-// org.freedesktop.login1 (and org.freedesktop.systemd1), which replies and
-// PrepareForShutdown carry as their sender, and which a match rule for
-// sender='org.freedesktop.login1' matches, as on a real bus. The bus
-// answers GetNameOwner, NameHasOwner, ListNames, ListActivatableNames,
-// GetId, StartServiceByName (for its own names), RequestName (refused:
-// AccessDenied, as the system bus's policy refuses it, or InvalidArgs),
-// ReleaseName, Introspectable.Introspect (the bus; logind's objects from /
-// down to /org/freedesktop/login1), Peer.Ping and Peer.GetMachineId (from
-// etc/machine-id under Options.ConfigRoot), and Properties.GetAll and Set
-// (read-only) on logind's manager.
+// ":nodeinit.0" (connections get ":nodeinit.1" on), which GetNameOwner
+// gives for org.freedesktop.login1 (and org.freedesktop.systemd1), which
+// replies and PrepareForShutdown carry as their sender, and which a match
+// rule for sender='org.freedesktop.login1' matches, as on a real bus. The
+// prefix keeps this bus's unique names apart from those of the system bus
+// behind it: dbus-daemon and dbus-broker hand out ":1.N", digits alone,
+// and a unique name's elements may hold letters, so a destination with
+// the prefix is this bus's and any other unique name is the system bus's.
+// The bus answers GetNameOwner, NameHasOwner, ListNames,
+// ListActivatableNames, GetId, StartServiceByName (for its own names),
+// RequestName (refused: AccessDenied, as the system bus's policy refuses
+// it, or InvalidArgs), ReleaseName, GetConnectionUnixUser,
+// GetConnectionUnixProcessID, GetConnectionCredentials and
+// ListQueuedOwners for its own names (a client's from its SO_PEERCRED,
+// the bus's and logind's nodeinit's own), Introspectable.Introspect (the
+// bus; logind's objects from / down to /org/freedesktop/login1), Peer.Ping
+// and Peer.GetMachineId (from etc/machine-id, else
+// var/lib/dbus/machine-id, under Options.ConfigRoot, read as regular
+// files), Properties.GetAll and Set (read-only) on logind's manager, and
+// the manager's ListInhibitors as logind answers it: every lock held, by
+// anyone who asks, as (what, who, why, mode, uid, pid), who and why as
+// clipped when the lock was taken; systemd-inhibit --list shows them.
 //
 // Nothing blocks nodeinit's PID-1 loop: Listen, Address, AdmitExecutor,
 // PrepareForShutdown, Status and Close return at once (Close waits at most
@@ -163,28 +177,59 @@
 // /run/dbus/system_bus_socket) every message not for logind and not
 // answered by the bus itself passes through: each client connection gets
 // one connection to the system bus, opened when it first needs it (its
-// first AddMatch, or a call for a name this bus does not have),
+// first AddMatch that the system bus could answer, or a call for a name
+// this bus does not have),
 // authenticated as nodeinit, with unix fd passing when the client has it.
-// Calls and the client's replies and signals go up with their serials;
-// replies, errors, signals and calls come down with their destination
-// rewritten to the client's unique name here, the descriptors they carry
-// passed on. AddMatch and RemoveMatch hold here and are also sent up, with
-// no reply asked. GetNameOwner, NameHasOwner, StartServiceByName,
-// RequestName and ReleaseName of a name this bus does not have, ListNames
-// (with this bus's names added), ListActivatableNames, GetId and the
-// questions about a connection there (GetConnectionUnixUser and the like)
-// go up; what would change or watch the whole system bus
+// Calls and the client's replies and signals go up as the client sent
+// them: its bytes, its byte order, its serials. Replies, errors, signals
+// and calls come down as they came, their body untouched, only a
+// destination written again (to the client's unique name here), the
+// descriptors they carry passed on. Nothing passed through is decoded and
+// encoded again: godbus writes a decoded struct back as an array of
+// variants, which dbus-daemon takes for a corrupt message and answers by
+// closing the connection (the kubelet's systemd cgroup driver sends
+// StartTransientUnit with an a(sv); ListUnits answers an a(ssssssouso)).
+// AddMatch and RemoveMatch hold here and also go up, and the system bus
+// answers them, once the rule holds there (go-systemd adds its rule for
+// JobRemoved on one connection and starts the job on another: an answer
+// before the rule held could lose the job's end), unless the rule can
+// match only what this bus sends (logind's signals and names): those are
+// answered here, and the kubelet's rule for PrepareForShutdown opens no
+// connection to the system bus. GetNameOwner, NameHasOwner,
+// StartServiceByName, RequestName and ReleaseName of a name this bus does
+// not have, ListNames (with this bus's names added), ListActivatableNames,
+// GetId and the questions about a connection there (GetConnectionUnixUser
+// and the like) go up; what would change or watch the whole system bus
 // (UpdateActivationEnvironment, ReloadConfig, BecomeMonitor) does not, as
-// it would be nodeinit's call there, not the client's;
-// KillUnit of logind's unit stays here, every other call to systemd goes
-// up. Signals of a logind up there are dropped: org.freedesktop.login1
-// here is nodeinit's. The queue up is bounded as a client's is, messages
-// coming down at 256 KiB, calls waiting for a reply at 256; an upstream
-// that fails or does not read ends only that client's pass-through: its
-// calls waiting get NoReply, later ones ServiceUnknown, and logind still
-// answers on the same connection. A kubelet configured for the systemd
-// cgroup driver where there is no system bus is refused at start
-// (RequireSystemBus).
+// it would be nodeinit's call there, not the client's; KillUnit of
+// logind's unit stays here, every other call to systemd goes up.
+//
+// Anyone on the system bus may send a signal to the pass-through's unique
+// name there (the stock policy allows any signal up to the bus's message
+// size). So what comes down that the client did not ask for is dropped: a
+// reply to no call of the client's, a signal to the pass-through alone
+// that no match rule of the client's asks for (a rule's well-known sender
+// matches none of these: the bus does not know who owns it up there),
+// signals of a logind up there (org.freedesktop.login1 here is
+// nodeinit's), and anything but a reply while the client's queue is full
+// (its room for the bus's own replies is kept). A message larger than
+// 244 KiB (the client's queue, less that room) is read through a 4 KiB
+// buffer and dropped, its descriptors closed, nothing allocated for it;
+// when it is the reply to a call of the client's, the call is answered
+// with LimitsExceeded instead, so that it does not wait for ever.
+// Each drop is counted; the first of a pass-through is logged at Info
+// ("Dropped a message from the system bus for a D-Bus client"), the rest
+// at V(2), and the count when the pass-through ends. A reply the client
+// waits for waits for room in its queue, as long as the client reads. The
+// queue up is bounded as a client's is, calls waiting for a reply at 256.
+// An upstream that fails (the system bus closes the connection or goes
+// away, a read or a write fails, the reader or writer panics, the queue up
+// fills) ends the pass-through and closes the client's connection, so
+// that its library connects again, as godbus's and go-systemd's users do
+// (runc's systemd manager connects again when it finds its connection
+// closed); its match rules and names up there are gone with it. A kubelet
+// configured for the systemd cgroup driver where there is no system bus
+// is refused at start (RequireSystemBus).
 //
 // An inhibitor's pipe is made with O_CLOEXEC and its write end is closed in
 // nodeinit as soon as it is sent, so the lock's lifetime is the client's

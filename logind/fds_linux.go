@@ -98,6 +98,11 @@ func (r *fdReader) take(m *dbus.Message) ([]int, error) {
 	if v, ok := m.Headers[dbus.FieldUnixFDs]; ok {
 		n, _ = v.Value().(uint32)
 	}
+	return r.takeN(n)
+}
+
+// takeN hands over the next n descriptors held.
+func (r *fdReader) takeN(n uint32) ([]int, error) {
 	if n == 0 {
 		return nil, nil
 	}

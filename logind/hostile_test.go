@@ -269,3 +269,41 @@ func calledFrom(fn string) bool {
 		}
 	}
 }
+
+// A panic in a pass-through's reader or writer ends that pass-through and
+// closes that client's connection, never nodeinit: the next connection
+// passes through again.
+func TestAPanicInAPassThroughEndsThatConnectionNotNodeinit(t *testing.T) {
+	address, _ := systemBus(t)
+	serveEcho(t, address)
+	for _, where := range []string{"reading", "writing"} {
+		t.Run(where, func(t *testing.T) {
+			logs := captureLog(t)
+			var armed atomic.Bool
+			b := listen(t, Options{Upstream: address}, func(tun *tunables) {
+				tun.upstreamHook = func(during string) {
+					if armed.Load() && during == where {
+						panic("injected while " + where)
+					}
+				}
+			})
+			client := connect(t, b)
+			echo := client.Object("org.example.Echo", "/org/example/Echo")
+			must(t, echo.Call("org.example.Echo.Echo", 0, "before").Err)
+			armed.Store(true)
+			if err := echo.Call("org.example.Echo.Echo", 0, "during").Err; err == nil {
+				t.Error("a call whose pass-through panicked was answered")
+			}
+			waitFor(t, client.Context().Done(), "the end of the connection whose pass-through panicked")
+			armed.Store(false)
+			var s string
+			if err := connect(t, b).Object("org.example.Echo", "/org/example/Echo").Call("org.example.Echo.Echo", 0, "after").Store(&s); err != nil || s != "echo after" {
+				t.Errorf("a new connection after the panic: %q, %v", s, err)
+			}
+			logs.waitFor(t, "failed;", "injected while "+where)
+			if l := logs.lines("failed;", "injected while "+where); len(l) != 1 || !strings.Contains(l[0], "stack=") {
+				t.Errorf("log of the panic: %q", l)
+			}
+		})
+	}
+}

@@ -1,9 +1,11 @@
 package logind
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -88,6 +90,31 @@ func (b *Bus) inhibit(cred unix.Ucred, who, why string) (int, *callError) {
 	go b.watch(in)
 	b.log.info("Took a shutdown delay inhibitor", "who", in.who, "why", in.why, "pid", in.pid, "uid", in.uid, "inhibitors", n)
 	return p[1], nil
+}
+
+// listedInhibitor is one element of ListInhibitors' answer, a(ssssuu).
+type listedInhibitor struct {
+	What, Who, Why, Mode string
+	UID, PID             uint32
+}
+
+// listInhibitors answers ListInhibitors as logind does: every lock held,
+// whoever holds it (logind asks no privilege for the list), with what,
+// who, why (as clipped when taken), mode, uid and pid; in the order they
+// were taken.
+func (b *Bus) listInhibitors() []listedInhibitor {
+	b.mu.Lock()
+	held := make([]*inhibitor, 0, len(b.inhibitors))
+	for in := range b.inhibitors {
+		held = append(held, in)
+	}
+	b.mu.Unlock()
+	slices.SortFunc(held, func(x, y *inhibitor) int { return cmp.Compare(x.id, y.id) })
+	list := make([]listedInhibitor, 0, len(held))
+	for _, in := range held {
+		list = append(list, listedInhibitor{"shutdown", in.who, in.why, "delay", in.uid, uint32(in.pid)})
+	}
+	return list
 }
 
 // watch waits for the lock's release: the pipe's hang-up once the client's

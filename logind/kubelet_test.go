@@ -3,6 +3,8 @@ package logind
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -137,4 +139,49 @@ func dbusErrorName(err error) string {
 		return e.Name
 	}
 	return fmt.Sprintf("not a D-Bus error: %v", err)
+}
+
+// inhibitorEntry is one element of ListInhibitors' a(ssssuu).
+type inhibitorEntry struct {
+	What, Who, Why, Mode string
+	UID, PID             uint32
+}
+
+// ListInhibitors (what systemd-inhibit --list calls) lists the locks held,
+// as logind lists them: what, who, why, mode, uid, pid; a released lock is
+// gone from it.
+func TestListInhibitorsListsTheLocksHeld(t *testing.T) {
+	released := make(chan struct{}, 1)
+	b := listen(t, Options{}, func(tun *tunables) { tun.afterRelease = func() { released <- struct{}{} } })
+	conn := connect(t, b)
+	fd, err := (kubelet{conn}).inhibitShutdown()
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func() []inhibitorEntry {
+		t.Helper()
+		var got []inhibitorEntry
+		if err := conn.Object(logindName, logindPath).Call(managerIface+".ListInhibitors", 0).Store(&got); err != nil {
+			t.Fatalf("ListInhibitors: %v", err)
+		}
+		return got
+	}
+	want := inhibitorEntry{"shutdown", "kubelet", "Kubelet needs time to handle node shutdown", "delay", uint32(os.Getuid()), uint32(os.Getpid())}
+	if got := list(); len(got) != 1 || got[0] != want {
+		t.Errorf("ListInhibitors = %+v, want [%+v]", got, want)
+	}
+	if tool, err := exec.LookPath("systemd-inhibit"); err == nil {
+		cmd := exec.Command(tool, "--list", "--no-pager")
+		cmd.Env = clientEnv(b)
+		out, err := cmd.CombinedOutput()
+		t.Logf("systemd-inhibit --list:\n%s", out)
+		if err != nil || !strings.Contains(string(out), "kubelet") || !strings.Contains(string(out), "1 inhibitors listed") {
+			t.Errorf("systemd-inhibit --list: %v\n%s", err, out)
+		}
+	}
+	syscall.Close(int(fd))
+	waitFor(t, released, "the release")
+	if got := list(); len(got) != 0 {
+		t.Errorf("ListInhibitors after the release = %+v, want none", got)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -14,6 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // logind's configuration, as far as nodeinit serves it: InhibitDelayMaxSec,
@@ -99,6 +102,9 @@ func readLogindConf(root string) logindConf {
 	}
 	for _, p := range files {
 		data, err := readConfFile(filepath.Join(root, p))
+		if errors.Is(err, linux.ErrNotRegular) && isDevNull(filepath.Join(root, p)) {
+			continue // masked by /dev/null itself, as systemd masks with it
+		}
 		if err != nil {
 			conf.problem("%s: %v", p, err)
 			continue
@@ -109,20 +115,26 @@ func readLogindConf(root string) logindConf {
 	return conf
 }
 
+// readConfFile reads a configuration file as a regular file only, within
+// maxConfFile: a FIFO would hold the reload (and the client's reader that
+// asked for it) until someone writes into it, and a device such as
+// /dev/zero would never end. A symbolic link is followed, as systemd
+// follows it: an operator may keep drop-ins elsewhere (a ConfigMap
+// volume's files are links), and what the link reaches is held to the
+// same rules.
 func readConfFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxConfFile {
+	data, err := linux.ReadRegularFile(path, maxConfFile, linux.FollowLink)
+	if errors.Is(err, linux.ErrTooLarge) {
 		return nil, fmt.Errorf("larger than %d bytes, ignored", maxConfFile)
 	}
-	return data, nil
+	return data, err
+}
+
+// isDevNull reports whether path is, or leads to, the null device.
+func isDevNull(path string) bool {
+	var st, null unix.Stat_t
+	return unix.Stat(path, &st) == nil && unix.Stat(os.DevNull, &null) == nil &&
+		st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == null.Rdev
 }
 
 func (conf *logindConf) problem(format string, args ...any) {

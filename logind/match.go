@@ -17,20 +17,37 @@ type matchRule map[string]string
 // maxRules bounds the rules of one connection; the kubelet adds one.
 const maxRules = 64
 
-// parseMatchRule parses a rule string as the specification's "Match Rules"
-// describe it: comma-separated key=value pairs; inside single quotes every
-// byte stands for itself, outside them \' is an apostrophe and a comma ends
-// the value. Unknown keys, repeated keys and impossible values are errors,
+// parseMatchRule parses a rule string as dbus-daemon does (bus/signals.c):
+// comma-separated key=value pairs, white space (space, tab, newline,
+// carriage return) skipped before a key and between a key and its '='
+// (go-systemd writes "type='signal', interface=..."), the value beginning
+// right after the '='; inside single quotes every byte stands for itself,
+// outside them \' is an apostrophe and a comma ends the value. White space
+// at the end of the rule, or alone after a comma, is nothing. Unknown
+// keys, repeated keys (eavesdrop aside) and impossible values are errors,
 // as dbus-daemon makes them.
 func parseMatchRule(s string) (matchRule, error) {
 	rule := matchRule{}
+	isWhite := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 	for i := 0; i < len(s); {
-		eq := strings.IndexByte(s[i:], '=')
-		if eq < 0 {
-			return nil, fmt.Errorf("%q has no value", s[i:])
+		for i < len(s) && isWhite(s[i]) {
+			i++
 		}
-		key := s[i : i+eq]
-		i += eq + 1
+		start := i
+		for i < len(s) && s[i] != '=' && !isWhite(s[i]) {
+			i++
+		}
+		key := s[start:i]
+		for i < len(s) && isWhite(s[i]) {
+			i++
+		}
+		if key == "" && i == len(s) {
+			break
+		}
+		if key == "" || i == len(s) || s[i] != '=' {
+			return nil, fmt.Errorf("the key %q has no '=' after it", clip(key))
+		}
+		i++
 		var val strings.Builder
 		quoted := false
 	value:
@@ -56,7 +73,7 @@ func parseMatchRule(s string) (matchRule, error) {
 		if quoted {
 			return nil, fmt.Errorf("unterminated quote in the value of %q", key)
 		}
-		if _, dup := rule[key]; dup {
+		if _, dup := rule[key]; dup && key != "eavesdrop" {
 			return nil, fmt.Errorf("key %q given twice", key)
 		}
 		if err := checkMatchKey(key, val.String()); err != nil {

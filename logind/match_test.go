@@ -36,6 +36,36 @@ func TestParseMatchRuleOfTheKubelet(t *testing.T) {
 	}
 }
 
+// go-systemd writes its rules with a space after each comma, and
+// dbus-daemon skips white space (space, tab, newline, carriage return)
+// before a key and between a key and its '='; the value begins right
+// after the '='.
+func TestParseMatchRuleSkipsWhiteSpaceAroundKeysAsDbusDaemonDoes(t *testing.T) {
+	for s, want := range map[string]matchRule{
+		"type='signal', interface='org.freedesktop.systemd1.Manager', member='JobRemoved'": {
+			"type": "signal", "interface": "org.freedesktop.systemd1.Manager", "member": "JobRemoved"},
+		" \t\r\ntype\t='signal',\n member ='X'": {"type": "signal", "member": "X"},
+		"member=' x'":                           {"member": " x"},
+		"   ":                                   {},
+		"type='signal', ":                       {"type": "signal"},
+	} {
+		r, err := parseMatchRule(s)
+		if err != nil || !r.equal(want) {
+			t.Errorf("%q parsed as %q, %v; want %q", s, r, err, want)
+		}
+	}
+	// White space after '=' or before ',' is the value's: an unknown
+	// type here.
+	for _, s := range []string{"type= 'signal'", "type='signal' ,member='X'"} {
+		if _, err := parseMatchRule(s); err == nil {
+			t.Errorf("%q parsed; dbus-daemon refuses the type", s)
+		}
+	}
+	if _, err := parseMatchRule("type 'signal'"); err == nil {
+		t.Error("a key without '=' parsed")
+	}
+}
+
 func TestParseMatchRuleRefusesWhatDbusDaemonRefuses(t *testing.T) {
 	for _, s := range []string{
 		"type='bogus'",

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // The bus's basics that ordinary clients call before anything else:
@@ -17,10 +19,22 @@ import (
 // gives, GIO's proxies read every property with GetAll and drop a signal
 // whose sender is not that unique name, and both introspect.
 
+// localPrefix begins every unique name of this bus. dbus-daemon and
+// dbus-broker name their connections ":1.N" (digits alone), and a
+// unique name's elements may hold letters, so a name of this bus can
+// never be one of the system bus behind it: a destination with this
+// prefix is routed here, any other unique name goes up.
+const localPrefix = ":nodeinit."
+
 // logindOwner is the unique name that owns org.freedesktop.login1 (and
 // org.freedesktop.systemd1 where no upstream bus has it): logind's own
-// connection to the bus, as on a machine. Connections get :1.1 on.
-const logindOwner = ":1.0"
+// connection to the bus, as on a machine. Connections get
+// ":nodeinit.1" on.
+const logindOwner = localPrefix + "0"
+
+// maxMachineIDFile bounds the machine-id file: 32 hex digits and a
+// newline, with room for white space around them.
+const maxMachineIDFile = 64
 
 // Interfaces every object of logind has.
 const (
@@ -57,7 +71,7 @@ func (b *Bus) localOwner(name string, upstream bool) string {
 		}
 		return ""
 	}
-	if !strings.HasPrefix(name, ":") {
+	if !strings.HasPrefix(name, localPrefix) {
 		return ""
 	}
 	b.mu.Lock()
@@ -71,6 +85,67 @@ func (b *Bus) localOwner(name string, upstream bool) string {
 		}
 	}
 	return ""
+}
+
+// localCred is the peer behind a name of this bus: nodeinit itself for
+// the bus's and logind's names, a client's SO_PEERCRED for its unique
+// name. ok is false for a name this bus does not have.
+func (b *Bus) localCred(name string, upstream bool) (uid, pid uint32, ok bool) {
+	owner := b.localOwner(name, upstream)
+	switch owner {
+	case "":
+		return 0, 0, false
+	case busName, logindOwner:
+		return uint32(os.Getuid()), uint32(os.Getpid()), true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c := range b.conns {
+		c.mu.Lock()
+		n := c.name
+		c.mu.Unlock()
+		if n == owner {
+			return c.cred.Uid, uint32(c.cred.Pid), true
+		}
+	}
+	return 0, 0, false
+}
+
+// connectionMethod answers the bus's questions about a connection of this
+// bus (GetConnectionUnixUser, GetConnectionUnixProcessID,
+// GetConnectionCredentials, ListQueuedOwners), and about any connection
+// where there is no system bus behind this one. It reports false for
+// another call, or for a name the system bus should be asked about.
+func (c *conn) connectionMethod(in *call, upstream bool) bool {
+	switch in.member {
+	case "GetConnectionUnixUser", "GetConnectionUnixProcessID", "GetConnectionCredentials", "ListQueuedOwners":
+	default:
+		return false
+	}
+	if in.sig != "s" {
+		c.fail(in, busName, wantSignature(in, "s"))
+		return true
+	}
+	name, _ := in.msg.Body[0].(string)
+	uid, pid, ok := c.bus.localCred(name, upstream)
+	if !ok && upstream {
+		return false
+	}
+	if !ok {
+		c.fail(in, busName, &callError{errNameHasNoOwner, fmt.Sprintf("Could not get the owner of name '%s': no such name", name)})
+		return true
+	}
+	switch in.member {
+	case "GetConnectionUnixUser":
+		c.reply(in, busName, uid)
+	case "GetConnectionUnixProcessID":
+		c.reply(in, busName, pid)
+	case "GetConnectionCredentials":
+		c.reply(in, busName, map[string]dbus.Variant{"UnixUserID": dbus.MakeVariant(uid), "ProcessID": dbus.MakeVariant(pid)})
+	case "ListQueuedOwners":
+		c.reply(in, busName, []string{c.bus.localOwner(name, upstream)})
+	}
+	return true
 }
 
 // wellKnownOwner is the unique name that sends what this bus sends under a
@@ -275,11 +350,14 @@ func (c *conn) commonMethod(in *call, sender string, intro map[string]string) bo
 }
 
 // machineID reads the machine ID as dbus-daemon does: /etc/machine-id, or
-// /var/lib/dbus/machine-id.
+// /var/lib/dbus/machine-id. Each is read as a regular file of at most
+// maxMachineIDFile bytes, so that a FIFO or a device there cannot hold the
+// client's reader; a link is followed, as one of the two is often a link
+// to the other.
 func machineID(root string) (string, error) {
 	var last error
 	for _, p := range []string{"etc/machine-id", "var/lib/dbus/machine-id"} {
-		b, err := os.ReadFile(filepath.Join(root, p))
+		b, err := linux.ReadRegularFile(filepath.Join(root, p), maxMachineIDFile, linux.FollowLink)
 		if err != nil {
 			last = err
 			continue
@@ -378,6 +456,9 @@ const (
    <arg type="s" name="why" direction="in"/>
    <arg type="s" name="mode" direction="in"/>
    <arg type="h" name="pipe_fd" direction="out"/>
+  </method>
+  <method name="ListInhibitors">
+   <arg type="a(ssssuu)" name="inhibitors" direction="out"/>
   </method>
   <signal name="PrepareForShutdown">
    <arg type="b" name="start"/>

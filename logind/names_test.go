@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,15 @@ func TestTheBusAnswersWhatClientsAskFirst(t *testing.T) {
 	}
 	if err := bus.Call(busName+".NameHasOwner", 0, ":1.999").Store(&ok); err != nil || ok {
 		t.Errorf("NameHasOwner(:1.999) = %v, %v", ok, err)
+	}
+	var pid uint32
+	for _, name := range []string{me, logindName} {
+		if err := bus.Call(busName+".GetConnectionUnixProcessID", 0, name).Store(&pid); err != nil || int(pid) != os.Getpid() {
+			t.Errorf("GetConnectionUnixProcessID(%s) = %d, %v; want %d", name, pid, err, os.Getpid())
+		}
+	}
+	if err := bus.Call(busName+".GetConnectionUnixUser", 0, ":1.999").Err; dbusErrorName(err) != errNameHasNoOwner {
+		t.Errorf("GetConnectionUnixUser of nobody's name: %v", err)
 	}
 	if err := bus.Call(busName+".ListNames", 0).Store(&names); err != nil ||
 		!slices.Equal(names, []string{busName, logindName, systemdName, logindOwner, me}) {
@@ -167,7 +177,7 @@ func TestPythonDBusGetsAProxyAndPrepareForShutdown(t *testing.T) {
 		"needs Debian's python3 with python3-dbus and python3-gi")
 	b := listen(t, Options{InhibitDelayMax: 90 * time.Second})
 	out := runClient(t, clientEnv(b), "ready", b.PrepareForShutdown, python, "-c", pythonDBus)
-	want := "bound :1.0\ndelay 90000000\nall [('InhibitDelayMaxUSec', 90000000)]\nlock True\nready\nsignal True :1.0\n"
+	want := "bound " + logindOwner + "\ndelay 90000000\nall [('InhibitDelayMaxUSec', 90000000)]\nlock True\nready\nsignal True " + logindOwner + "\n"
 	if out != want {
 		t.Errorf("python-dbus printed\n%s\nwant\n%s", out, want)
 	}
@@ -200,12 +210,12 @@ func TestGDBusCallsIntrospectsAndMonitors(t *testing.T) {
 		!strings.Contains(out, "readonly t InhibitDelayMaxUSec = 90000000;") {
 		t.Errorf("gdbus introspect:\n%s", out)
 	}
-	if out := run("call", "--system", "--dest", busName, "--object-path", string(busPath), "--method", busName+".GetNameOwner", logindName); out != "(':1.0',)\n" {
+	if out := run("call", "--system", "--dest", busName, "--object-path", string(busPath), "--method", busName+".GetNameOwner", logindName); out != "('"+logindOwner+"',)\n" {
 		t.Errorf("gdbus call GetNameOwner: %q", out)
 	}
 	// gdbus monitor prints the owner, then adds its rule for the owner's
 	// signals: PrepareForShutdown goes out once the rule is there.
-	out := runClient(t, env, "is owned by :1.0", func() <-chan struct{} {
+	out := runClient(t, env, "is owned by "+logindOwner, func() <-chan struct{} {
 		waitForRule(t, b, "sender", logindOwner)
 		return b.PrepareForShutdown()
 	}, gdbus, "monitor", "--system", "--dest", logindName)
@@ -276,5 +286,81 @@ func waitForRule(t *testing.T, b *Bus, key, value string) {
 			t.Fatalf("no match rule with %s=%q within 10s", key, value)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// pythonDBusUpstream binds a proxy to a service of the system bus behind
+// nodeinit's, as python-dbus does (to the unique name GetNameOwner gives),
+// calls it, and asks the bus about that connection and its own.
+const pythonDBusUpstream = `
+import dbus, os
+bus = dbus.SystemBus()
+obj = bus.get_object('org.example.Echo', '/org/example/Echo')
+print('bound', obj.bus_name, flush=True)
+print(obj.Echo('hi', dbus_interface='org.example.Echo'), flush=True)
+driver = dbus.Interface(bus.get_object('org.freedesktop.DBus', '/org/freedesktop/DBus'), 'org.freedesktop.DBus')
+print('service pid', int(driver.GetConnectionUnixProcessID(obj.bus_name)), flush=True)
+me = bus.get_unique_name()
+print('my pid', int(driver.GetConnectionUnixProcessID(me)) == os.getpid(), flush=True)
+print('my uid', int(driver.GetConnectionUnixUser(me)) == os.getuid(), flush=True)
+print('logind', driver.GetNameOwner('org.freedesktop.login1'), flush=True)
+`
+
+// The unique names of nodeinit's bus and of the system bus behind it are
+// apart: dbus-daemon names its connections :1.N from :1.0, so the first
+// service there has the name a bus that also counted :1.N would give its
+// own first client. A proxy bound to the service's unique name reaches the
+// service, and the bus describes each connection by its own credentials.
+func TestUniqueNamesOfTheSystemBusAreNotThisBussOwn(t *testing.T) {
+	python := "/usr/bin/python3"
+	testenv.Require(t, exec.Command(python, "-c", "import dbus").Run() == nil, "needs Debian's python3 with python3-dbus")
+	address, _ := systemBus(t)
+	service := serveEcho(t, address)
+	b := listen(t, Options{Upstream: address})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-c", pythonDBusUpstream)
+	cmd.Env = clientEnv(b)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr // python-dbus's complaint that the service does not introspect
+	out, err := cmd.Output()
+	want := fmt.Sprintf("bound %s\necho hi\nservice pid %d\nmy pid True\nmy uid True\nlogind %s\n", service.Names()[0], os.Getpid(), logindOwner)
+	if err != nil || string(out) != want {
+		t.Errorf("python-dbus: %v\n%s\nwant\n%s\nstderr:\n%s", err, out, want, stderr.String())
+	}
+	if !strings.HasPrefix(logindOwner, localPrefix) {
+		t.Errorf("logind's unique name %s lacks the bus's prefix %s", logindOwner, localPrefix)
+	}
+}
+
+// GIO binds to a service's unique name too: gdbus monitor of a service of
+// the system bus behind this one resolves its owner there, adds a rule for
+// that sender, and prints its signal.
+func TestGDBusMonitorsAServiceOfTheSystemBus(t *testing.T) {
+	gdbus := testenv.RequireTool(t, "gdbus")
+	address, _ := systemBus(t)
+	service := serveEcho(t, address)
+	b := listen(t, Options{Upstream: address})
+	out := runClient(t, clientEnv(b), "is owned by "+service.Names()[0], func() <-chan struct{} {
+		waitForRule(t, b, "sender", service.Names()[0])
+		// The rule holds up there once the system bus has answered
+		// AddMatch, which this side does not see: the service repeats its
+		// signal until gdbus has printed one.
+		stop := make(chan struct{})
+		t.Cleanup(func() { close(stop) })
+		go func() {
+			for {
+				_ = service.Emit("/org/example/Echo", "org.example.Echo.Pinged", "pong")
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}()
+		return nil
+	}, gdbus, "monitor", "--system", "--dest", "org.example.Echo")
+	if !strings.Contains(out, "/org/example/Echo: org.example.Echo.Pinged ('pong',)") {
+		t.Errorf("gdbus monitor printed:\n%s", out)
 	}
 }

@@ -1,6 +1,7 @@
 package logind
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+	"golang.org/x/sys/unix"
 )
 
 // writeConf writes files under root, making their directories.
@@ -224,5 +226,57 @@ func TestAReloadBeyondTheBoundIsClamped(t *testing.T) {
 	}
 	if time.Duration(s.delay.Load()) != MaxInhibitDelay {
 		t.Errorf("delay in force %v", time.Duration(s.delay.Load()))
+	}
+}
+
+// A drop-in that is a FIFO, or a link to /dev/zero, is refused at once as
+// not a regular file: the reload neither waits for a writer nor reads
+// without end. A link to a regular file is read, as systemd reads it, and
+// a link to /dev/null still masks.
+func TestLogindConfReadsOnlyRegularFiles(t *testing.T) {
+	root := t.TempDir()
+	writeConf(t, root, map[string]string{
+		"etc/systemd/logind.conf":               "[Login]\nInhibitDelayMaxSec=45\n",
+		"srv/kubelet.conf":                      kubeletDropIn("70"),
+		"usr/lib/systemd/logind.conf.d/30.conf": kubeletDropIn("600"),
+	})
+	dir := filepath.Join(root, "etc/systemd/logind.conf.d")
+	must(t, os.MkdirAll(dir, 0o755))
+	must(t, unix.Mkfifo(filepath.Join(dir, "10-fifo.conf"), 0o644))
+	must(t, os.Symlink("/dev/zero", filepath.Join(dir, "20-zero.conf")))
+	must(t, os.Symlink(os.DevNull, filepath.Join(dir, "30.conf")))
+	must(t, os.Symlink(filepath.Join(root, "srv/kubelet.conf"), filepath.Join(dir, "40-link.conf")))
+	done := make(chan logindConf, 1)
+	go func() { done <- readLogindConf(root) }()
+	var conf logindConf
+	select {
+	case conf = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading logind's configuration did not return within 5s")
+	}
+	if !conf.set || conf.delay != 70*time.Second || conf.from != "etc/systemd/logind.conf.d/40-link.conf" {
+		t.Errorf("InhibitDelayMaxSec = %v from %q, want 70s from the linked drop-in; problems %q", conf.delay, conf.from, conf.problems)
+	}
+	if len(conf.problems) != 2 || !strings.Contains(conf.problems[0], "10-fifo.conf") || !strings.Contains(conf.problems[0], "not a regular file") ||
+		!strings.Contains(conf.problems[1], "20-zero.conf") {
+		t.Errorf("problems %q, want the FIFO's and /dev/zero's", conf.problems)
+	}
+}
+
+// Peer.GetMachineId reads etc/machine-id as a regular file: a FIFO there
+// does not hold the client's reader, and /var/lib/dbus/machine-id answers.
+func TestGetMachineIdDoesNotWaitOnAFIFO(t *testing.T) {
+	root := t.TempDir()
+	writeConf(t, root, map[string]string{"var/lib/dbus/machine-id": "0123456789abcdef0123456789abcdef\n"})
+	must(t, os.MkdirAll(filepath.Join(root, "etc"), 0o755))
+	must(t, unix.Mkfifo(filepath.Join(root, "etc/machine-id"), 0o644))
+	b := listen(t, Options{ConfigRoot: root})
+	conn := connect(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var id string
+	if err := conn.Object(logindName, logindPath).CallWithContext(ctx, peerIface+".GetMachineId", 0).Store(&id); err != nil ||
+		id != "0123456789abcdef0123456789abcdef" {
+		t.Errorf("GetMachineId = %q, %v", id, err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,29 +28,34 @@ import (
 // the system bus the container has, if it has one (a kubelet with
 // cgroupDriver: systemd talks to systemd there). Each client connection
 // gets one connection to that bus, opened when the client first needs it,
-// authenticated as nodeinit. Calls go up with the client's serial, so the
-// replies that come down answer them as they are; what comes down has its
-// destination rewritten to the client's unique name here. Match rules are
-// kept here and also added there. An upstream that fails ends only that
-// client's pass-through: its calls waiting for a reply get NoReply, later
-// ones the errors a bus without the upstream's names gives.
+// authenticated as nodeinit. Messages go up as the client sent them (its
+// serial, its byte order, its bytes), so the replies that come down answer
+// them as they are; what comes down goes on as it came, its destination
+// rewritten to the client's unique name here (frame.go). Match rules are
+// kept here and also added there, unless they can only match what this
+// bus sends.
+//
+// What comes down that the client did not ask for, or that is larger than
+// its queue can take, is dropped, counted and logged, and the
+// pass-through goes on: anyone on the system bus can send a signal to the
+// pass-through's unique name there, and the kubelet keeps one connection
+// for its systemd cgroup driver for as long as it runs. An upstream that
+// fails (a write, a read, the bus going away) closes the client's
+// connection, so that its library connects again (godbus and go-systemd
+// do) and gets a new pass-through.
 
 // Limits of the pass-through.
 const (
 	// upstreamTimeout bounds opening the connection: the dial, the
 	// handshake and Hello, while the client's call waits.
 	upstreamTimeout = 5 * time.Second
-	// maxUpstreamMessage bounds one message from the upstream bus: no
-	// more can wait in the client's queue anyway.
-	maxUpstreamMessage = maxQueuedBytes
+	// maxUpstreamMessage bounds one message from the upstream bus that is
+	// passed on: no more fits in the client's queue beside what it keeps
+	// for the bus's own replies. A larger one is read and dropped.
+	maxUpstreamMessage = maxQueuedBytes - passedRoom*maxReplyBytes
 	// maxPending bounds the client's calls that wait for the upstream's
 	// reply.
 	maxPending = 256
-)
-
-// Errors a bus gives.
-const (
-	errNoReply = "org.freedesktop.DBus.Error.NoReply"
 )
 
 // SystemBusSocket is where the system bus listens (the specification's
@@ -240,7 +247,7 @@ func (c *conn) forward(in *call, kind pendingKind) bool {
 	}
 	fds := in.fds
 	in.fds = nil
-	up.send(in.msg, fds, kind)
+	up.send(in, in.raw, fds, kind)
 	return true
 }
 
@@ -253,25 +260,47 @@ func (c *conn) forwardOrFail(in *call) {
 	c.fail(in, busName, &callError{errServiceUnknown, fmt.Sprintf("The name %s was not provided by any .service files", in.dest)})
 }
 
-// forwardMatch adds or removes the client's match rule upstream too, once
-// it holds here. The bus answers the client; the upstream is asked for no
-// reply. A RemoveMatch does not open the connection.
-func (c *conn) forwardMatch(in *call) {
+// matchGoesUp reports whether the client's AddMatch or RemoveMatch goes
+// to the system bus too, which then answers it: a bus answers AddMatch
+// once the rule is in place, and go-systemd adds its rule for JobRemoved
+// on one connection before it starts a job on another, so an answer from
+// here alone could come before the rule holds there, and JobRemoved would
+// be lost. A rule that can match only what this bus sends stays here, and
+// a RemoveMatch opens no connection.
+func (c *conn) matchGoesUp(in *call, rule matchRule) bool {
+	if !c.passesThrough() || !upstreamMayMatch(rule) {
+		return false
+	}
 	if in.member == "RemoveMatch" {
 		c.px.mu.Lock()
-		open := c.px.up != nil
-		c.px.mu.Unlock()
-		if !open {
-			return
+		defer c.px.mu.Unlock()
+		return c.px.up != nil
+	}
+	return true
+}
+
+// upstreamMayMatch reports whether a rule can match anything the system
+// bus passes down: not one for logind's signals (the system bus's logind
+// is not the kubelet's, and its signals are dropped), for a sender with
+// this bus's unique-name prefix, or for the bus's NameOwnerChanged about
+// logind's name. So the kubelet's rule for PrepareForShutdown opens no
+// connection to the system bus.
+func upstreamMayMatch(r matchRule) bool {
+	if s, ok := r["sender"]; ok && (s == logindName || strings.HasPrefix(s, localPrefix)) {
+		return false
+	}
+	if i, ok := r["interface"]; ok && (i == managerIface || strings.HasPrefix(i, logindName+".")) {
+		return false
+	}
+	for _, k := range []string{"path", "path_namespace"} {
+		if p, ok := r[k]; ok && inPathNamespace(p, string(logindPath)) {
+			return false
 		}
 	}
-	up := c.upstreamConn()
-	if up == nil {
-		return
+	if a, ok := r["arg0"]; ok && r["sender"] == busName && (a == logindName || strings.HasPrefix(a, localPrefix)) {
+		return false
 	}
-	m := *in.msg
-	m.Flags |= dbus.FlagNoReplyExpected
-	up.send(&m, nil, plainReply)
+	return true
 }
 
 // upstream is one connection to the upstream bus, for one client.
@@ -288,6 +317,7 @@ type upstream struct {
 	queue   outbox
 	pending map[uint32]pendingKind // the client's serials waiting for a reply
 	closed  bool
+	dropped int // messages from the upstream bus not passed on
 
 	wake chan struct{}
 	done chan struct{}
@@ -358,7 +388,7 @@ func (u *upstream) open(unixFD bool) error {
 		return err
 	}
 	// The reply comes first; a bus sends nothing else before it.
-	raw, err := readMessageUpTo(u.r, maxUpstreamMessage)
+	raw, err := readMessageUpTo(u.r, maxMessage)
 	if err != nil {
 		return err
 	}
@@ -381,23 +411,18 @@ func (u *upstream) start() {
 	klog.V(1).InfoS("Passing a D-Bus client's calls through to the system bus", "pid", u.c.cred.Pid, "name", u.c.name, "upstreamName", u.name)
 }
 
-// send queues m for the upstream bus, noting a call that waits for a
-// reply. A full queue ends the pass-through, as a full client queue ends
-// the client.
-func (u *upstream) send(m *dbus.Message, fds []int, kind pendingKind) {
+// send queues data, the client's message in (or what was made of it), for
+// the upstream bus, with fds, noting a call that waits for a reply. A
+// full queue ends the pass-through, as a full client queue ends the
+// client.
+func (u *upstream) send(in *call, data []byte, fds []int, kind pendingKind) {
 	if !u.unixFD && len(fds) > 0 {
 		closeFDs(fds)
-		u.c.fail(&call{msg: m, dest: header(m, dbus.FieldDestination), member: header(m, dbus.FieldMember)}, busName,
-			&callError{errNotSupported, "The system bus this bus passes through to did not agree to unix fd passing"})
+		u.c.fail(in, busName, &callError{errNotSupported, "The system bus this bus passes through to did not agree to unix fd passing"})
 		return
 	}
-	data, _, err := encodeMessage(m, m.Serial())
-	if err != nil {
-		closeFDs(fds)
-		u.fail(fmt.Errorf("encoding a message for it: %w", err))
-		return
-	}
-	wantsReply := m.Type == dbus.TypeMethodCall && m.Flags&dbus.FlagNoReplyExpected == 0
+	serial := in.msg.Serial()
+	wantsReply := dbus.Type(data[1]) == dbus.TypeMethodCall && dbus.Flags(data[2])&dbus.FlagNoReplyExpected == 0
 	u.mu.Lock()
 	if u.closed {
 		u.mu.Unlock()
@@ -407,8 +432,7 @@ func (u *upstream) send(m *dbus.Message, fds []int, kind pendingKind) {
 	if wantsReply && len(u.pending) >= maxPending {
 		u.mu.Unlock()
 		closeFDs(fds)
-		u.c.fail(&call{msg: m, dest: header(m, dbus.FieldDestination), member: header(m, dbus.FieldMember)}, busName,
-			&callError{errLimitsExceeded, fmt.Sprintf("%d calls already wait for the system bus's replies", maxPending)})
+		u.c.fail(in, busName, &callError{errLimitsExceeded, fmt.Sprintf("%d calls already wait for the system bus's replies", maxPending)})
 		return
 	}
 	if !u.queue.fits(1, len(data), maxQueued, maxQueuedBytes) {
@@ -418,7 +442,7 @@ func (u *upstream) send(m *dbus.Message, fds []int, kind pendingKind) {
 		return
 	}
 	if wantsReply {
-		u.pending[m.Serial()] = kind
+		u.pending[serial] = kind
 	}
 	u.queue.push(outgoing{data: data, fds: fds})
 	u.mu.Unlock()
@@ -428,8 +452,22 @@ func (u *upstream) send(m *dbus.Message, fds []int, kind pendingKind) {
 	}
 }
 
+// recovered, deferred in the upstream's reader and writer, turns a panic
+// into the end of that pass-through and of the client's connection: a bug,
+// logged with its stack, that must not end PID 1.
+func (u *upstream) recovered(during string) {
+	if p := recover(); p != nil {
+		err := fmt.Errorf("panic: %v", p)
+		u.fail(err)
+		u.c.bus.log.error(err, "A D-Bus client's pass-through to the system bus failed; closed its connection",
+			"pid", u.c.cred.Pid, "during", during, "stack", string(debug.Stack()))
+	}
+}
+
 func (u *upstream) writeLoop() {
 	defer u.c.bus.wg.Done()
+	defer u.recovered("writing to the system bus")
+	tun := &u.c.bus.tun
 	for {
 		select {
 		case <-u.wake:
@@ -447,7 +485,10 @@ func (u *upstream) writeLoop() {
 			if !ok {
 				break
 			}
-			err := u.nc.SetWriteDeadline(time.Now().Add(u.c.bus.tun.writeTimeout))
+			if tun.upstreamHook != nil {
+				tun.upstreamHook("writing")
+			}
+			err := u.nc.SetWriteDeadline(tun.now().Add(tun.writeTimeout))
 			if err == nil {
 				err = linux.SendAll(u.raw, o.data, o.fds)
 			}
@@ -462,84 +503,195 @@ func (u *upstream) writeLoop() {
 
 func (u *upstream) readLoop() {
 	defer u.c.bus.wg.Done()
+	defer u.recovered("reading from the system bus")
+	tun := &u.c.bus.tun
 	for {
-		raw, err := readMessageUpTo(u.r, maxUpstreamMessage)
-		var m *dbus.Message
-		if err == nil {
-			m, err = decodeMessage(raw)
-		}
+		f, err := readFrame(u.r, maxUpstreamMessage)
 		var fds []int
 		if err == nil {
-			fds, err = u.fds.take(m)
+			fds, err = u.fds.takeN(f.uint32Field(dbus.FieldUnixFDs))
 		}
 		if err != nil {
 			u.fail(fmt.Errorf("reading: %w", err))
 			return
 		}
-		u.deliver(m, fds)
+		if tun.upstreamHook != nil {
+			tun.upstreamHook("reading")
+		}
+		u.deliver(f, fds)
 	}
 }
 
 // deliver hands a message from the upstream bus to the client, addressed
-// to the client's name here.
-func (u *upstream) deliver(m *dbus.Message, fds []int) {
+// to the client's name here, or drops it: one larger than the client's
+// queue can take, a reply to no call of the client's, a signal addressed
+// to the pass-through alone that no match rule of the client's asks for,
+// and anything but a reply while the client's queue is full. A reply the
+// client waits for waits for room in its queue.
+func (u *upstream) deliver(f *frame, fds []int) {
 	c := u.c
-	iface, member := header(m, dbus.FieldInterface), header(m, dbus.FieldMember)
+	c.mu.Lock()
+	name := c.name
+	c.mu.Unlock()
+	if f.raw == nil {
+		u.drop(f, fds, fmt.Sprintf("larger than the %d bytes the pass-through passes on", maxUpstreamMessage))
+		u.refuseReply(f, name)
+		return
+	}
+	sender, iface, path := f.header(dbus.FieldSender), f.header(dbus.FieldInterface), f.header(dbus.FieldPath)
+	unicast := f.header(dbus.FieldDestination) != ""
+	var data []byte
+	var err error
+	reply := f.typ == dbus.TypeMethodReply || f.typ == dbus.TypeError
 	switch {
-	case m.Type == dbus.TypeSignal && header(m, dbus.FieldSender) == busName && (member == "NameAcquired" || member == "NameLost") &&
-		len(m.Body) == 1 && m.Body[0] == u.name:
-		// About the upstream connection's own unique name, not the client's.
-		closeFDs(fds)
-		return
-	case m.Type == dbus.TypeSignal && (iface == managerIface || strings.HasPrefix(iface, logindName+".")):
-		// org.freedesktop.login1 on this bus is nodeinit's: a logind of the
-		// host must not tell the kubelet to shut down.
-		closeFDs(fds)
-		return
-	}
-	if _, ok := m.Headers[dbus.FieldDestination]; ok {
-		c.mu.Lock()
-		m.Headers[dbus.FieldDestination] = dbus.MakeVariant(c.name)
-		c.mu.Unlock()
-	}
-	if m.Type == dbus.TypeMethodReply || m.Type == dbus.TypeError {
-		serial, _ := m.Headers[dbus.FieldReplySerial].Value().(uint32)
+	case reply:
+		serial := f.uint32Field(dbus.FieldReplySerial)
 		u.mu.Lock()
 		kind, ok := u.pending[serial]
 		delete(u.pending, serial)
 		u.mu.Unlock()
-		if ok && kind == listNamesReply && m.Type == dbus.TypeMethodReply && len(m.Body) == 1 {
-			// The names of this bus that the upstream does not have.
-			names, _ := m.Body[0].([]string)
-			for _, n := range []string{logindName, logindOwner} {
-				if !containsString(names, n) {
-					names = append(names, n)
-				}
-			}
-			m.Body[0] = names
+		if !ok {
+			u.drop(f, fds, "a reply to no call of the client's")
+			return
 		}
-	}
-	data, _, err := encodeMessage(m, c.bus.nextSerial())
-	if err != nil {
+		if kind == listNamesReply && f.typ == dbus.TypeMethodReply {
+			data, err = withLocalNames(f, name)
+		}
+	case f.typ == dbus.TypeSignal && sender == busName:
+		m, err := f.decode()
+		if err != nil {
+			u.drop(f, fds, "not a message godbus can read")
+			return
+		}
+		member := header(m, dbus.FieldMember)
+		arg0 := ""
+		if len(m.Body) > 0 {
+			arg0, _ = m.Body[0].(string)
+		}
+		if (member == "NameAcquired" || member == "NameLost") && arg0 == u.name || member == "NameOwnerChanged" && arg0 == logindName {
+			// About the upstream connection's own unique name, not the
+			// client's; or about a logind there, which is not this bus's.
+			closeFDs(fds)
+			return
+		}
+	case f.typ == dbus.TypeSignal && (iface == managerIface || strings.HasPrefix(iface, logindName+".") || inPathNamespace(path, string(logindPath))):
+		// org.freedesktop.login1 on this bus is nodeinit's: a logind of the
+		// host must not tell the kubelet to shut down.
 		closeFDs(fds)
-		klog.V(1).InfoS("Dropped a message from the system bus that cannot be passed on", "pid", c.cred.Pid, "name", c.name, "err", err)
+		return
+	case f.typ == dbus.TypeSignal && unicast && !u.wanted(f, name):
+		u.drop(f, fds, "a signal to the pass-through alone that no match rule of the client's asks for")
 		return
 	}
-	c.enqueue(outgoing{data: data, fds: fds})
+	if err != nil {
+		u.drop(f, fds, "its reply cannot be read: "+err.Error())
+		return
+	}
+	switch {
+	case data != nil:
+	case unicast:
+		if data, err = f.addressedTo(name); err != nil {
+			u.drop(f, fds, "its header cannot be written again: "+err.Error())
+			return
+		}
+	default:
+		data = f.raw
+	}
+	if !c.pass(outgoing{data: data, fds: fds}, reply, u.done) && !reply {
+		u.drop(f, nil, "the client's queue is full")
+	}
 }
 
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
+// refuseReply answers the client's call that f, dropped for its size,
+// would have answered, with LimitsExceeded from the bus, as dbus-daemon
+// answers for a reply it cannot pass on: the call does not wait for ever.
+func (u *upstream) refuseReply(f *frame, name string) {
+	if f.typ != dbus.TypeMethodReply && f.typ != dbus.TypeError {
+		return
+	}
+	serial := f.uint32Field(dbus.FieldReplySerial)
+	u.mu.Lock()
+	_, ok := u.pending[serial]
+	delete(u.pending, serial)
+	u.mu.Unlock()
+	if !ok {
+		return
+	}
+	e := newError(&dbus.Message{}, busName, name, errLimitsExceeded,
+		fmt.Sprintf("The reply from %s is %d bytes, more than the %d this bus passes on", clip(f.header(dbus.FieldSender)), f.size, maxUpstreamMessage))
+	e.Headers[dbus.FieldReplySerial] = dbus.MakeVariant(serial)
+	data, _, err := encodeMessage(e, u.c.bus.nextSerial())
+	if err == nil {
+		u.c.pass(outgoing{data: data}, true, u.done)
+	}
+}
+
+// wanted reports whether a match rule of the client's asks for the signal
+// f, sent to the pass-through alone: as a bus does, but with a well-known
+// name as a rule's sender matching nothing, as this bus does not know who
+// owns it there.
+func (u *upstream) wanted(f *frame, name string) bool {
+	m, err := f.decode()
+	if err != nil {
+		return false
+	}
+	m.Headers[dbus.FieldDestination] = dbus.MakeVariant(name)
+	c := u.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.rules {
+		if r.matches(m, f.header(dbus.FieldSender)) {
 			return true
 		}
 	}
 	return false
 }
 
-// fail ends the pass-through of this client: the calls that wait for a
-// reply get NoReply, and later ones what a bus without the upstream's
-// names answers. The client's own connection stays.
+// withLocalNames is the upstream bus's ListNames reply with this bus's
+// names that it does not have, to the client's name.
+func withLocalNames(f *frame, dest string) ([]byte, error) {
+	m, err := f.decode()
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Body) != 1 {
+		return nil, fmt.Errorf("a ListNames reply of %d values", len(m.Body))
+	}
+	names, _ := m.Body[0].([]string)
+	for _, n := range []string{logindName, logindOwner} {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	m.Body[0] = names
+	m.Headers[dbus.FieldDestination] = dbus.MakeVariant(dest)
+	data, _, err := encodeMessage(m, f.serial)
+	return data, err
+}
+
+// drop drops a message from the upstream bus and closes the descriptors
+// it carried. The first of a pass-through is logged at Info (within the
+// bus's bound on what clients cause), the rest at V(2); the count is
+// logged when the pass-through ends.
+func (u *upstream) drop(f *frame, fds []int, why string) {
+	closeFDs(fds)
+	u.mu.Lock()
+	u.dropped++
+	first := u.dropped == 1
+	u.mu.Unlock()
+	kv := []any{"pid", u.c.cred.Pid, "type", f.typ.String(), "sender", clip(f.header(dbus.FieldSender)),
+		"interface", clip(f.header(dbus.FieldInterface)), "member", clip(f.header(dbus.FieldMember)), "bytes", f.size, "reason", why}
+	if first {
+		u.c.bus.log.info("Dropped a message from the system bus for a D-Bus client", kv...)
+		return
+	}
+	klog.V(2).InfoS("Dropped a message from the system bus for a D-Bus client", kv...)
+}
+
+// fail ends the pass-through of this client and closes the client's
+// connection (unless that is what ended it): the client's library
+// connects again, and the new connection gets a new pass-through, where
+// this one, its match rules and the names it asked for there are gone.
 func (u *upstream) fail(err error) {
 	u.mu.Lock()
 	if u.closed {
@@ -547,7 +699,7 @@ func (u *upstream) fail(err error) {
 		return
 	}
 	u.closed = true
-	pending := u.pending
+	pending, dropped := len(u.pending), u.dropped
 	u.pending = nil
 	q := u.queue.take()
 	u.mu.Unlock()
@@ -561,14 +713,14 @@ func (u *upstream) fail(err error) {
 	closing := c.px.closed
 	c.px.mu.Unlock()
 	if closing {
+		if dropped > 0 {
+			klog.V(1).InfoS("A D-Bus client's pass-through to the system bus ended", "pid", c.cred.Pid, "name", c.name, "dropped", dropped)
+		}
 		return
 	}
-	klog.InfoS("The pass-through to the system bus ended for a D-Bus client", "pid", c.cred.Pid, "name", c.name, "waiting", len(pending), "err", err)
-	for serial := range pending {
-		e := newError(&dbus.Message{}, busName, c.name, errNoReply, "Message recipient disconnected from message bus without replying")
-		e.Headers[dbus.FieldReplySerial] = dbus.MakeVariant(serial)
-		c.send(e)
-	}
+	c.bus.log.info("The pass-through to the system bus ended for a D-Bus client; closed its connection",
+		"pid", c.cred.Pid, "waiting", pending, "dropped", dropped, "err", clipTo(err.Error(), maxErrorText))
+	c.close()
 }
 
 // close ends the connection because the client's has ended.
