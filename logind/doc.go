@@ -229,7 +229,7 @@
 // (runc's systemd manager connects again when it finds its connection
 // closed); its match rules and names up there are gone with it. A kubelet
 // configured for the systemd cgroup driver where there is no system bus
-// is refused at start (RequireSystemBus).
+// is refused at start (node.KubeletConfig.RequireSystemBus).
 //
 // An inhibitor's pipe is made with O_CLOEXEC and its write end is closed in
 // nodeinit as soon as it is sent, so the lock's lifetime is the client's

@@ -91,18 +91,6 @@ func isSocket(path string) bool {
 	return err == nil && fi.Mode().Type() == fs.ModeSocket
 }
 
-// RequireSystemBus refuses a kubelet whose cgroup driver is systemd where
-// there is no system bus (noBus says why): it reaches systemd there, and
-// nodeinit's bus, which the kubelet takes for the system bus, has no
-// systemd of its own to pass it to.
-func RequireSystemBus(cgroupDriver string, noBus error) error {
-	if noBus == nil || cgroupDriver != "systemd" {
-		return nil
-	}
-	return fmt.Errorf("the kubelet's cgroup driver is systemd, which it reaches on the system bus, and this container has none (%v): "+
-		"mount the host's %s into the container, or set the kubelet's cgroupDriver to cgroupfs", noBus, SystemBusSocket)
-}
-
 // unixSocket is the first unix socket a D-Bus address names
 // ("unix:path=..." or "unix:abstract=..."; addresses separated by ';').
 func unixSocket(address string) (string, error) {

@@ -313,22 +313,6 @@ func TestUpstreamAddressIsTheEnvironmentsOrTheSocket(t *testing.T) {
 	}
 }
 
-func TestAKubeletOnSystemdCgroupsNeedsASystemBus(t *testing.T) {
-	noBus := errors.New("DBUS_SYSTEM_BUS_ADDRESS is unset and there is no socket at /run/dbus/system_bus_socket")
-	if err := RequireSystemBus("systemd", noBus); err == nil || !strings.Contains(err.Error(), "cgroup driver is systemd") ||
-		!strings.Contains(err.Error(), noBus.Error()) || strings.Contains(err.Error(), "\n") {
-		t.Errorf("systemd without a bus: %v", err)
-	}
-	for _, tc := range []struct {
-		driver string
-		noBus  error
-	}{{"cgroupfs", noBus}, {"", noBus}, {"systemd", nil}} {
-		if err := RequireSystemBus(tc.driver, tc.noBus); err != nil {
-			t.Errorf("%q, %v: %v", tc.driver, tc.noBus, err)
-		}
-	}
-}
-
 // The round trip of a call through the pass-through against the same call
 // straight to dbus-daemon: one more hop through nodeinit, decoded and
 // encoded twice, and no waiting of its own (a pass-through that waited

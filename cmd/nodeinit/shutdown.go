@@ -81,7 +81,7 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 	if !gs.SystemBusPassThrough {
 		upstream, noBus = "", errors.New("--system-bus-pass-through=false")
 	}
-	if err := logind.RequireSystemBus(kubelet.CgroupDriver(), noBus); err != nil {
+	if err := kubelet.RequireSystemBus(noBus); err != nil {
 		return nil, "", err
 	}
 	dir, err := os.MkdirTemp(cmp.Or(runDir(), os.TempDir()), "nodeinit-bus-")
