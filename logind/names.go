@@ -2,7 +2,6 @@ package logind
 
 import (
 	"bytes"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/nodeinit/nodeinit/identity"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
@@ -350,7 +350,8 @@ func (c *conn) commonMethod(in *call, sender string, intro map[string]string) bo
 }
 
 // machineID reads the machine ID as dbus-daemon does: /etc/machine-id, or
-// /var/lib/dbus/machine-id. Each is read as a regular file of at most
+// /var/lib/dbus/machine-id, each taken only if identity.Valid holds it a
+// machine-id, the rule nodeinit's identity holds /etc/machine-id to. Each is read as a regular file of at most
 // maxMachineIDFile bytes, so that a FIFO or a device there cannot hold the
 // client's reader; a link is followed, as one of the two is often a link
 // to the other.
@@ -363,7 +364,7 @@ func machineID(root string) (string, error) {
 			continue
 		}
 		id := string(bytes.TrimSpace(b))
-		if _, err := hex.DecodeString(id); err != nil || len(id) != 32 {
+		if !identity.Valid(id) {
 			last = fmt.Errorf("/%s does not hold a machine ID", p)
 			continue
 		}

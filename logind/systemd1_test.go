@@ -280,3 +280,23 @@ func TestGetMachineIdDoesNotWaitOnAFIFO(t *testing.T) {
 		t.Errorf("GetMachineId = %q, %v", id, err)
 	}
 }
+
+// GetMachineId answers only what identity.Valid takes for a machine-id
+// (32 lowercase hex digits, not all zero), the rule nodeinit's identity
+// holds /etc/machine-id to: anything else there is passed over for
+// /var/lib/dbus/machine-id, as a file that is not a machine-id.
+func TestGetMachineIdAnswersOnlyAValidMachineID(t *testing.T) {
+	const good = "0123456789abcdef0123456789abcdef"
+	for _, etc := range []string{"0123456789ABCDEF0123456789ABCDEF", "00000000000000000000000000000000", "0123456789abcdef", "uninitialized"} {
+		root := t.TempDir()
+		writeConf(t, root, map[string]string{"etc/machine-id": etc + "\n", "var/lib/dbus/machine-id": good + "\n"})
+		if id, err := machineID(root); err != nil || id != good {
+			t.Errorf("etc/machine-id %q: machineID = %q, %v; want /var/lib/dbus's %q", etc, id, err, good)
+		}
+	}
+	root := t.TempDir()
+	writeConf(t, root, map[string]string{"etc/machine-id": "0123456789ABCDEF0123456789ABCDEF\n"})
+	if id, err := machineID(root); err == nil {
+		t.Errorf("an upper-case machine-id alone: machineID = %q, want an error", id)
+	}
+}
