@@ -13,7 +13,7 @@ import (
 
 	"github.com/nodeinit/nodeinit/config"
 	"github.com/nodeinit/nodeinit/init/supervisor"
-	"github.com/nodeinit/nodeinit/logind"
+	"github.com/nodeinit/nodeinit/bus"
 	"github.com/nodeinit/nodeinit/node"
 )
 
@@ -24,7 +24,7 @@ const busEnv = "DBUS_SYSTEM_BUS_ADDRESS"
 // nodeDrain is graceful node shutdown: the login1 bus the executor is given,
 // as the supervisor's Drainer.
 type nodeDrain struct {
-	bus *logind.Bus
+	bus *bus.Bus
 	dir string // the bus socket's private directory
 }
 
@@ -65,7 +65,7 @@ func shutdownDelay(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) t
 		klog.Warningf("the kubelet's configuration %s sets no shutdownGracePeriod, so it will not drain the node: "+
 			"nodeinit serves login1 anyway and stops the executor at once", strings.Join(kubelet.Files, " "))
 	}
-	return max(wanted, logind.DefaultInhibitDelayMax)
+	return max(wanted, bus.DefaultInhibitDelayMax)
 }
 
 // startNodeDrain listens on the login1 bus in a private directory and
@@ -77,7 +77,7 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 	// The executor's system bus is nodeinit's: what is not for logind goes
 	// on to the container's own system bus, where it has one, unless the
 	// operator turned that off.
-	upstream, noBus := logind.UpstreamAddress(os.Getenv, "/")
+	upstream, noBus := bus.UpstreamAddress(os.Getenv, "/")
 	if !gs.SystemBusPassThrough {
 		upstream, noBus = "", errors.New("--system-bus-pass-through=false")
 	}
@@ -89,7 +89,7 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 		return nil, "", fmt.Errorf("make the login1 bus's directory: %w", err)
 	}
 	d := &nodeDrain{dir: dir}
-	d.bus, err = logind.Listen(filepath.Join(dir, "system_bus_socket"), logind.Options{
+	d.bus, err = bus.Listen(filepath.Join(dir, "system_bus_socket"), bus.Options{
 		InhibitDelayMax: delay,
 		Upstream:        upstream,
 	})

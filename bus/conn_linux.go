@@ -1,0 +1,434 @@
+package bus
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
+)
+
+// Limits of one connection.
+const (
+	// maxQueued and maxQueuedBytes bound the replies and signals waiting
+	// for a peer. While they are reached the bus reads nothing more from
+	// the peer (its calls wait in its socket), so a client that sends many
+	// calls before it reads the replies is slowed, not dropped; one that
+	// does not read at all is dropped by the writer's timeout.
+	maxQueued      = 64
+	maxQueuedBytes = 256 << 10
+	// repliesPerCall and maxReplyBytes bound what answering one message
+	// adds to the queue: Hello's reply and NameAcquired; an error text is
+	// clipped to maxErrorText.
+	repliesPerCall = 2
+	maxReplyBytes  = 4 << 10
+	// maxBroadcasts is what may come on top of a full queue: the one
+	// PrepareForShutdown.
+	maxBroadcasts = 1
+)
+
+// outgoing is one encoded message waiting for the writer; fds go with it as
+// SCM_RIGHTS and are the bus's own, closed once sent or dropped.
+type outgoing struct {
+	data []byte
+	fds  []int
+}
+
+// outbox is the messages waiting for a writer, in order, and their bytes.
+// Its owner's mutex guards it.
+type outbox struct {
+	msgs  []outgoing
+	bytes int
+}
+
+// fits reports whether n more messages of size bytes in all stay within
+// at most msgs messages and bytes bytes.
+func (q *outbox) fits(n, size, msgs, bytes int) bool {
+	return len(q.msgs)+n <= msgs && q.bytes+size <= bytes
+}
+
+func (q *outbox) push(o outgoing) {
+	q.msgs = append(q.msgs, o)
+	q.bytes += len(o.data)
+}
+
+func (q *outbox) pop() (outgoing, bool) {
+	if len(q.msgs) == 0 {
+		return outgoing{}, false
+	}
+	o := q.msgs[0]
+	q.msgs[0] = outgoing{}
+	q.msgs = q.msgs[1:]
+	q.bytes -= len(o.data)
+	return o, true
+}
+
+// take empties the outbox and returns what was in it, for the caller to
+// drop once it has let go of the owner's lock.
+func (q *outbox) take() []outgoing {
+	msgs := q.msgs
+	q.msgs, q.bytes = nil, 0
+	return msgs
+}
+
+// drop closes the descriptors of messages that will never be sent.
+func drop(msgs []outgoing) {
+	for _, o := range msgs {
+		closeFDs(o.fds)
+	}
+}
+
+// conn is one client connection. A reader goroutine (serve) authenticates
+// the peer, then reads and answers its messages; a writer goroutine
+// (writeLoop) sends what is queued. Nothing else touches the socket, so no
+// caller of the Bus ever waits on a peer.
+type conn struct {
+	bus      *Bus
+	nc       *net.UnixConn
+	raw      syscall.RawConn
+	id       uint64
+	cred     unix.Ucred // the peer, from SO_PEERCRED at accept
+	accepted time.Time
+
+	// unixFD: the peer agreed to unix fd passing. Reader goroutine only.
+	unixFD bool
+	// px is the pass-through to the system bus (upstream_linux.go).
+	px passThrough
+
+	mu     sync.Mutex
+	name   string      // the unique name, from Hello on
+	rules  []matchRule // from AddMatch
+	queue  outbox
+	closed bool
+
+	wake chan struct{} // the queue has something (capacity 1)
+	room chan struct{} // the writer took something (capacity 1), for the reader
+	// passRoom is room again for what comes from the system bus
+	// (capacity 1), for the pass-through's reader.
+	passRoom chan struct{}
+	done     chan struct{} // closed by close
+}
+
+func newConn(b *Bus, nc *net.UnixConn, raw syscall.RawConn, id uint64, cred unix.Ucred, accepted time.Time) *conn {
+	return &conn{bus: b, nc: nc, raw: raw, id: id, cred: cred, accepted: accepted,
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), passRoom: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// serve runs the connection to its end.
+func (c *conn) serve() {
+	defer c.bus.wg.Done()
+	defer c.bus.forget(c)
+	defer c.close()
+	defer c.recovered("reading")
+	r := bufio.NewReaderSize(c.clientReader(), 4096)
+	// The handshake and Hello, within helloTimeout of the accept.
+	if err := c.nc.SetDeadline(c.accepted.Add(c.bus.tun.helloTimeout)); err != nil {
+		c.ended("authentication", err)
+		return
+	}
+	if err := c.authenticate(r); err != nil {
+		c.ended("authentication", err)
+		return
+	}
+	klog.V(1).InfoS("D-Bus client connected", "pid", c.cred.Pid, "uid", c.cred.Uid, "unixFD", c.unixFD)
+	c.bus.wg.Add(1)
+	go c.writeLoop()
+	for {
+		if !c.waitRoom() {
+			return
+		}
+		if err := c.setReadDeadline(); err != nil {
+			c.ended("reading", err)
+			return
+		}
+		raw, err := readMessage(r)
+		if err == nil {
+			var m *dbus.Message
+			if m, err = decodeMessage(raw); err == nil {
+				err = c.handle(m, raw)
+			}
+		}
+		if err != nil {
+			c.ended("reading", err)
+			return
+		}
+	}
+}
+
+// setReadDeadline bounds the wait for the next message: until Hello, the
+// deadline set at accept; after it, idleTimeout for a connection without a
+// match rule; none for one that waits for a signal.
+func (c *conn) setReadDeadline() error {
+	c.mu.Lock()
+	hello, waiting := c.name != "", len(c.rules) > 0
+	c.mu.Unlock()
+	switch {
+	case !hello:
+		return nil
+	case waiting:
+		return c.nc.SetReadDeadline(time.Time{})
+	default:
+		return c.nc.SetReadDeadline(c.bus.tun.now().Add(c.bus.tun.idleTimeout))
+	}
+}
+
+// waitRoom waits until the queue can take the answers to one more message,
+// or the connection closes (false). Meanwhile nothing is read from the
+// peer: that is the backpressure on a client that pipelines its calls.
+func (c *conn) waitRoom() bool {
+	for {
+		c.mu.Lock()
+		closed := c.closed
+		room := c.queue.fits(repliesPerCall, repliesPerCall*maxReplyBytes, maxQueued, maxQueuedBytes)
+		c.mu.Unlock()
+		if closed {
+			return false
+		}
+		if room {
+			return true
+		}
+		select {
+		case <-c.room:
+		case <-c.done:
+			return false
+		}
+	}
+}
+
+// recovered, deferred in each goroutine of a connection, turns a panic
+// into the end of that connection: a bug, logged with its stack, that
+// must not end PID 1.
+func (c *conn) recovered(during string) {
+	if p := recover(); p != nil {
+		c.close()
+		c.bus.log.error(fmt.Errorf("panic: %v", p), "A D-Bus connection failed; closed it", "pid", c.cred.Pid, "during", during, "stack", string(debug.Stack()))
+	}
+}
+
+// authenticate runs the handshake, within the deadline serve set, writing
+// its replies directly: the writer goroutine starts after it, and sets a
+// deadline of its own on each write.
+func (c *conn) authenticate(r *bufio.Reader) error {
+	a := &auth{uid: c.cred.Uid, guid: c.bus.guid}
+	err := a.run(r, func(line []byte) error { return linux.SendAll(c.raw, line, nil) })
+	if err != nil {
+		return err
+	}
+	c.unixFD = a.unixFD
+	return c.nc.SetWriteDeadline(time.Time{})
+}
+
+// ended logs why a connection ends: quietly for a peer that hung up or a
+// bus that closes, loudly for a peer that broke the protocol.
+func (c *conn) ended(during string, err error) {
+	c.mu.Lock()
+	closed, name := c.closed, c.name
+	c.mu.Unlock()
+	kv := []any{"pid", c.cred.Pid, "name", name, "during", during}
+	switch {
+	case closed || errors.Is(err, net.ErrClosed):
+		klog.V(1).InfoS("D-Bus connection closed", kv...)
+	case errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET):
+		klog.V(1).InfoS("D-Bus client disconnected", kv...)
+	case errors.Is(err, os.ErrDeadlineExceeded) && name == "":
+		c.bus.log.info("Dropped a D-Bus connection that did not say Hello in time", append(kv, "timeout", c.bus.tun.helloTimeout)...)
+	case errors.Is(err, os.ErrDeadlineExceeded) && during == "reading":
+		klog.V(1).InfoS("Dropped an idle D-Bus connection", append(kv, "timeout", c.bus.tun.idleTimeout)...)
+	default:
+		// The error may quote what the client sent.
+		c.bus.log.info("Dropped a D-Bus connection", append(kv, "err", clipTo(err.Error(), maxErrorText))...)
+	}
+}
+
+// send encodes m and queues it for the writer. fds are the bus's own
+// descriptors that m's body names; send owns them from here on.
+func (c *conn) send(m *dbus.Message, fds ...int) {
+	data, sendFDs, err := encodeMessage(m, c.bus.nextSerial())
+	if err != nil {
+		// Only this package builds outgoing messages: a failure is a bug,
+		// and a client waiting for a reply must not wait forever.
+		closeFDs(fds)
+		c.bus.log.error(err, "Could not encode a D-Bus message; dropping the connection", "pid", c.cred.Pid, "message", clipTo(m.String(), maxErrorText))
+		c.close()
+		return
+	}
+	c.enqueue(outgoing{data: data, fds: sendFDs})
+}
+
+// enqueue hands o to the writer. It never blocks: the reader leaves room
+// for its replies before it reads a call (waitRoom), so only a broadcast
+// can find the queue full, and the connection is dropped then, as its
+// writer would drop it soon for not reading.
+func (c *conn) enqueue(o outgoing) bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		closeFDs(o.fds)
+		return false
+	}
+	if !c.queue.fits(1, len(o.data), maxQueued+maxBroadcasts, maxQueuedBytes+maxReplyBytes) {
+		n, size, name := len(c.queue.msgs), c.queue.bytes, c.name
+		c.mu.Unlock()
+		closeFDs(o.fds)
+		c.bus.log.info("Dropped a D-Bus connection that does not read its messages", "pid", c.cred.Pid, "name", name, "queued", n, "bytes", size)
+		c.close()
+		return false
+	}
+	c.queue.push(o)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// writeLoop sends queued messages in order until the connection closes or
+// a write fails.
+func (c *conn) writeLoop() {
+	defer c.bus.wg.Done()
+	defer c.recovered("writing")
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		for {
+			o, ok := c.pop()
+			if !ok {
+				break
+			}
+			err := c.nc.SetWriteDeadline(c.bus.tun.now().Add(c.bus.tun.writeTimeout))
+			if err == nil {
+				err = linux.SendAll(c.raw, o.data, o.fds)
+			}
+			closeFDs(o.fds)
+			if err != nil {
+				c.ended("writing", err)
+				c.close()
+				return
+			}
+		}
+	}
+}
+
+func (c *conn) pop() (outgoing, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return outgoing{}, false
+	}
+	o, ok := c.queue.pop()
+	if !ok {
+		return outgoing{}, false
+	}
+	for _, ch := range []chan struct{}{c.room, c.passRoom} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	return o, true
+}
+
+// passedRoom is what the queue keeps for the bus's own messages while
+// messages from the system bus wait in it: the replies to one call of the
+// client's and one broadcast. So the system bus can never fill the queue
+// that the client's own calls need (waitRoom), and a message from it is
+// never a reason to drop the client.
+const passedRoom = repliesPerCall + maxBroadcasts
+
+// fitsPassed reports whether a message of size bytes from the system bus
+// fits in the queue beside passedRoom.
+func (q *outbox) fitsPassed(size int) bool {
+	return q.fits(1+passedRoom, size+passedRoom*maxReplyBytes, maxQueued, maxQueuedBytes)
+}
+
+// pass queues a message from the system bus when the queue has room for
+// it beside what it keeps for the bus's own (fitsPassed). Without room, a
+// message that may wait (a reply the client is waiting for) waits until
+// the writer makes room, the connection closes or stop closes; another is
+// dropped. It reports whether o was queued; o's fds are pass's.
+func (c *conn) pass(o outgoing, wait bool, stop <-chan struct{}) bool {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			closeFDs(o.fds)
+			return false
+		}
+		if c.queue.fitsPassed(len(o.data)) {
+			c.queue.push(o)
+			c.mu.Unlock()
+			select {
+			case c.wake <- struct{}{}:
+			default:
+			}
+			return true
+		}
+		c.mu.Unlock()
+		if !wait {
+			closeFDs(o.fds)
+			return false
+		}
+		select {
+		case <-c.passRoom:
+		case <-c.done:
+		case <-stop:
+			closeFDs(o.fds)
+			return false
+		}
+	}
+}
+
+// close ends the connection: both goroutines return, and the fds of
+// messages never sent are closed. It may be called any number of times,
+// from any goroutine.
+func (c *conn) close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	q := c.queue.take()
+	c.mu.Unlock()
+	drop(q)
+	close(c.done)
+	_ = c.nc.Close()
+	c.closePassThrough()
+}
+
+// wants reports whether the connection has said Hello and has a match rule
+// for the broadcast m from sender.
+func (c *conn) wants(m *dbus.Message, sender string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.name == "" || c.closed {
+		return false
+	}
+	for _, r := range c.rules {
+		if r.matches(m, sender) {
+			return true
+		}
+	}
+	return false
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		_ = unix.Close(fd)
+	}
+}

@@ -1,0 +1,159 @@
+package bus
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/internal/linux"
+)
+
+// inhibitor is one delay lock: the read end of a pipe whose write end the
+// client holds. The lock lasts while any copy of the write end is open, as
+// logind's does; the bus learns it is released when the pipe hangs up.
+type inhibitor struct {
+	id       uint64
+	who, why string
+	pid      int32
+	uid      uint32
+	since    time.Time
+	r        *os.File // read end, non-blocking, in Go's poller
+}
+
+// lockPipeSize is the capacity asked for an inhibitor's pipe: the least
+// the kernel gives (a page). Nothing is ever read from it, so what a
+// client writes into its end fills it and then blocks the client.
+const lockPipeSize = 4096
+
+// inhibit takes a shutdown delay lock for the peer cred and returns the
+// write end of its pipe, which the caller sends to the client and then
+// closes.
+func (b *Bus) inhibit(cred unix.Ucred, who, why string) (int, *callError) {
+	var p [2]int
+	if err := linux.Pipe2(&p, 0); err != nil {
+		return -1, &callError{errFailed, fmt.Sprintf("Could not make the inhibitor's pipe: %v", err)}
+	}
+	// Non-blocking, the read end waits in Go's poller, not on a thread,
+	// and Close unblocks it.
+	if err := linux.SetNonblock(p[0], true); err != nil {
+		closeFDs(p[:])
+		return -1, &callError{errFailed, fmt.Sprintf("Could not make the inhibitor's pipe: %v", err)}
+	}
+	// A smaller pipe only bounds sooner what a writer can put in; a
+	// kernel that refuses keeps the default.
+	_, _ = linux.SetPipeSize(p[0], lockPipeSize)
+	in := &inhibitor{who: clip(who), why: clip(why), pid: cred.Pid, uid: cred.Uid, since: b.tun.now(),
+		r: os.NewFile(uintptr(p[0]), "inhibitor")}
+
+	b.mu.Lock()
+	var refused *callError
+	own, held, others := int(cred.Pid) == b.executor.pid, 0, 0
+	for h := range b.inhibitors {
+		switch {
+		case h.pid == cred.Pid:
+			held++
+		case int(h.pid) != b.executor.pid:
+			others++
+		}
+	}
+	if !own {
+		others += held
+	}
+	switch {
+	case b.closed:
+		refused = &callError{errFailed, "The bus is closing"}
+	case b.drained != nil:
+		refused = &callError{errOperationInProgress, "The operation inhibition has been requested for is already running"}
+	case held >= maxInhibitorsPerPeer:
+		refused = &callError{errLimitsExceeded, fmt.Sprintf("This process holds %d inhibitors, the most one may hold", held)}
+	case !own && others >= maxInhibitors:
+		refused = &callError{errLimitsExceeded, fmt.Sprintf("Too many inhibitors (%d), refusing", others)}
+	}
+	if refused != nil {
+		b.mu.Unlock()
+		in.r.Close()
+		unix.Close(p[1])
+		return -1, refused
+	}
+	b.inhibitorID++
+	in.id = b.inhibitorID
+	b.inhibitors[in] = struct{}{}
+	n := len(b.inhibitors)
+	b.wg.Add(1)
+	b.mu.Unlock()
+
+	go b.watch(in)
+	b.log.info("Took a shutdown delay inhibitor", "who", in.who, "why", in.why, "pid", in.pid, "uid", in.uid, "inhibitors", n)
+	return p[1], nil
+}
+
+// listedInhibitor is one element of ListInhibitors' answer, a(ssssuu).
+type listedInhibitor struct {
+	What, Who, Why, Mode string
+	UID, PID             uint32
+}
+
+// listInhibitors answers ListInhibitors as logind does: every lock held,
+// whoever holds it (logind asks no privilege for the list), with what,
+// who, why (as clipped when taken), mode, uid and pid; in the order they
+// were taken.
+func (b *Bus) listInhibitors() []listedInhibitor {
+	b.mu.Lock()
+	held := make([]*inhibitor, 0, len(b.inhibitors))
+	for in := range b.inhibitors {
+		held = append(held, in)
+	}
+	b.mu.Unlock()
+	slices.SortFunc(held, func(x, y *inhibitor) int { return cmp.Compare(x.id, y.id) })
+	list := make([]listedInhibitor, 0, len(held))
+	for _, in := range held {
+		list = append(list, listedInhibitor{"shutdown", in.who, in.why, "delay", in.uid, uint32(in.pid)})
+	}
+	return list
+}
+
+// watch waits for the lock's release: the pipe's hang-up once the client's
+// every copy of the write end is closed, or an error once Close closes the
+// read end. It never reads: what a client writes into its end stays there,
+// and costs the bus one wake-up per write until the pipe is full, then
+// none (logind, too, only waits for the hang-up). A panic releases the lock.
+func (b *Bus) watch(in *inhibitor) {
+	defer b.wg.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			b.log.error(fmt.Errorf("panic: %v", p), "Watching a shutdown delay inhibitor failed; released it", "pid", in.pid, "stack", string(debug.Stack()))
+		}
+	}()
+	defer b.release(in)
+	defer in.r.Close()
+	rc, err := in.r.SyscallConn()
+	if err != nil {
+		return
+	}
+	// The poller calls this on every readiness of the pipe: new data or
+	// the hang-up. Returning false waits for the next one.
+	_ = rc.Read(func(fd uintptr) bool {
+		gone, err := linux.HungUp(int(fd))
+		return gone || err != nil
+	})
+}
+
+func (b *Bus) release(in *inhibitor) {
+	b.mu.Lock()
+	delete(b.inhibitors, in)
+	n := len(b.inhibitors)
+	if n == 0 && b.drained != nil && !b.drainedClosed {
+		close(b.drained)
+		b.drainedClosed = true
+	}
+	b.mu.Unlock()
+	b.log.info("Released a shutdown delay inhibitor", "who", in.who, "pid", in.pid, "held", b.tun.now().Sub(in.since).Round(time.Millisecond), "inhibitors", n)
+	if b.tun.afterRelease != nil {
+		b.tun.afterRelease()
+	}
+}

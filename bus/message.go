@@ -1,0 +1,172 @@
+package bus
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/godbus/dbus/v5"
+)
+
+// maxMessage bounds one incoming message, headers and body. The largest
+// message the kubelet sends is its Inhibit call, about 200 bytes; 64 KiB is
+// far beyond any honest client of this bus and small enough that a reader
+// per connection costs little.
+const maxMessage = 64 << 10
+
+// errProtocol marks input that breaks the D-Bus message format. The
+// specification asks a server to drop such a connection without notice.
+var errProtocol = errors.New("not a D-Bus message")
+
+// readMessage reads one whole message from r and returns its bytes, before
+// anything is decoded. The size comes from the fixed 16-byte start of the
+// header and is checked against maxMessage first, so a client can make the
+// server allocate no more than that. io.EOF means the stream ended cleanly
+// between two messages.
+func readMessage(r *bufio.Reader) ([]byte, error) { return readMessageUpTo(r, maxMessage) }
+
+// readMessageUpTo is readMessage with another limit than maxMessage.
+func readMessageUpTo(r *bufio.Reader, limit uint64) ([]byte, error) {
+	head, err := r.Peek(16)
+	if err != nil {
+		if len(head) > 0 && errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	var order binary.ByteOrder
+	switch head[0] {
+	case 'l':
+		order = binary.LittleEndian
+	case 'B':
+		order = binary.BigEndian
+	default:
+		return nil, fmt.Errorf("%w: byte order %#x", errProtocol, head[0])
+	}
+	if head[3] != 1 {
+		return nil, fmt.Errorf("%w: protocol version %d", errProtocol, head[3])
+	}
+	body := uint64(order.Uint32(head[4:8]))
+	fields := uint64(order.Uint32(head[12:16]))
+	// The header field array starts at 16 and is padded to 8 bytes before
+	// the body begins.
+	size := 16 + (fields+7)&^7 + body
+	if size > limit {
+		return nil, fmt.Errorf("%w: a message of %d bytes, more than %d", errProtocol, size, limit)
+	}
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return buf, nil
+}
+
+// decodeMessage decodes the bytes readMessage returned with godbus. Any
+// unix fds the message names are not there: the server reads with read(2),
+// so the kernel closes fds a client passes, and an 'h' argument decodes as
+// a bare index.
+func decodeMessage(raw []byte) (m *dbus.Message, err error) {
+	// godbus's decoder reports malformed input as errors; this recover is
+	// the second line, because a panic here would end PID 1.
+	defer func() {
+		if p := recover(); p != nil {
+			m, err = nil, fmt.Errorf("%w: the decoder failed: %v", errProtocol, p)
+		}
+	}()
+	m, err = dbus.DecodeMessage(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errProtocol, err)
+	}
+	return m, nil
+}
+
+// encodeMessage encodes m with godbus, little-endian, with the given serial.
+// godbus keeps a message's serial unexported (its Conn assigns it), so the
+// serial is written into its fixed place in the header afterwards: bytes 8
+// to 12, in the message's byte order. The returned fds are those the body's
+// UnixFD values name, in the order their indices refer to; they travel with
+// the bytes as SCM_RIGHTS.
+func encodeMessage(m *dbus.Message, serial uint32) ([]byte, []int, error) {
+	n, err := m.CountFds()
+	if err != nil {
+		return nil, nil, err
+	}
+	if n > 0 {
+		m.Headers[dbus.FieldUnixFDs] = dbus.MakeVariant(uint32(n))
+	}
+	var buf bytes.Buffer
+	fds, err := m.EncodeToWithFDs(&buf, binary.LittleEndian)
+	if err != nil {
+		return nil, nil, err
+	}
+	b := buf.Bytes()
+	binary.LittleEndian.PutUint32(b[8:12], serial)
+	return b, fds, nil
+}
+
+// header fields of an incoming message, read with godbus's exported
+// accessors; a missing or mistyped field reads as "".
+func header(m *dbus.Message, f dbus.HeaderField) string {
+	v, ok := m.Headers[f]
+	if !ok {
+		return ""
+	}
+	switch s := v.Value().(type) {
+	case string:
+		return s
+	case dbus.ObjectPath:
+		return string(s)
+	case dbus.Signature:
+		return s.String()
+	}
+	return ""
+}
+
+// newReply is a method return or error for call, from sender to dest (the
+// caller's unique name, "" before Hello).
+func newReply(call *dbus.Message, sender, dest string) *dbus.Message {
+	m := &dbus.Message{Type: dbus.TypeMethodReply, Headers: map[dbus.HeaderField]dbus.Variant{
+		dbus.FieldReplySerial: dbus.MakeVariant(call.Serial()),
+		dbus.FieldSender:      dbus.MakeVariant(sender),
+	}}
+	if dest != "" {
+		m.Headers[dbus.FieldDestination] = dbus.MakeVariant(dest)
+	}
+	return m
+}
+
+// withBody sets m's body and the signature that describes it.
+func withBody(m *dbus.Message, body ...any) *dbus.Message {
+	if len(body) > 0 {
+		m.Body = body
+		m.Headers[dbus.FieldSignature] = dbus.MakeVariant(dbus.SignatureOf(body...))
+	}
+	return m
+}
+
+// newError is a D-Bus error reply with a human-readable text, made valid
+// UTF-8 because godbus refuses to encode anything else and the text may
+// quote what a client sent.
+func newError(call *dbus.Message, sender, dest, name, text string) *dbus.Message {
+	m := newReply(call, sender, dest)
+	m.Type = dbus.TypeError
+	m.Headers[dbus.FieldErrorName] = dbus.MakeVariant(name)
+	return withBody(m, strings.ToValidUTF8(text, "\uFFFD"))
+}
+
+// newSignal is a broadcast signal (no destination).
+func newSignal(sender string, path dbus.ObjectPath, iface, member string, body ...any) *dbus.Message {
+	return withBody(&dbus.Message{Type: dbus.TypeSignal, Headers: map[dbus.HeaderField]dbus.Variant{
+		dbus.FieldSender:    dbus.MakeVariant(sender),
+		dbus.FieldPath:      dbus.MakeVariant(path),
+		dbus.FieldInterface: dbus.MakeVariant(iface),
+		dbus.FieldMember:    dbus.MakeVariant(member),
+	}}, body...)
+}
