@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
@@ -86,7 +87,7 @@ type tunables struct {
 	// for this long while its socket buffer is full is dropped.
 	writeTimeout time.Duration
 	// logInterval is how often, at most, a kind of event a client causes
-	// is logged at Info (see clientLog).
+	// is logged at Info (see clientlog.Log).
 	logInterval time.Duration
 	// procRoot is the proc filesystem the admission walks.
 	procRoot string
@@ -121,7 +122,7 @@ type Bus struct {
 	path string
 	opts Options
 	tun  tunables
-	log  *clientLog
+	log  *clientlog.Log
 	ln   *net.UnixListener
 	// backlogs are the listening socket again, one descriptor per accept
 	// loop, each a file in Go's poller: a net.UnixListener cannot wait
@@ -203,7 +204,7 @@ func newBus(path string, opts Options, tun tunables) *Bus {
 		path:          path,
 		opts:          opts,
 		tun:           tun,
-		log:           newClientLog(tun.logInterval),
+		log:           clientlog.New(tun.logInterval),
 		logind:        newLogindState(opts),
 		guid:          fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
 		done:          make(chan struct{}),
@@ -277,7 +278,7 @@ func (b *Bus) accept(backlog *os.File) {
 			// Closed.
 			return
 		}
-		b.log.error(aerr, "Could not accept a D-Bus connection", "socket", b.path)
+		b.log.Error(aerr, "Could not accept a D-Bus connection", "socket", b.path)
 		t := time.NewTimer(acceptRetry)
 		select {
 		case <-t.C:
@@ -302,7 +303,7 @@ func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 			unix.Close(fd)
 		}
 		if p := recover(); p != nil {
-			b.log.error(fmt.Errorf("panic: %v", p), "Admitting a D-Bus connection failed; closed it", "stack", string(debug.Stack()))
+			b.log.Error(fmt.Errorf("panic: %v", p), "Admitting a D-Bus connection failed; closed it", "stack", string(debug.Stack()))
 		}
 	}()
 	if accepted.IsZero() {
@@ -310,7 +311,7 @@ func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 	}
 	cred, err := linux.PeerCred(fd)
 	if err != nil {
-		b.log.error(err, "Could not tell who opened a D-Bus connection; closed it", "socket", b.path)
+		b.log.Error(err, "Could not tell who opened a D-Bus connection; closed it", "socket", b.path)
 		return
 	}
 	if ok, why := b.admitted(fd, cred); !ok {
@@ -321,7 +322,7 @@ func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 		b.mu.Lock()
 		b.refusals++
 		b.mu.Unlock()
-		b.log.info("Refused a D-Bus connection from a process that may not use this bus", "pid", cred.Pid, "uid", cred.Uid, "reason", why)
+		b.log.Info("Refused a D-Bus connection from a process that may not use this bus", "pid", cred.Pid, "uid", cred.Uid, "reason", why)
 		return
 	}
 
@@ -331,14 +332,14 @@ func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 	f.Close()
 	fd = -1
 	if err != nil {
-		b.log.error(err, "Could not serve a D-Bus connection", "socket", b.path)
+		b.log.Error(err, "Could not serve a D-Bus connection", "socket", b.path)
 		return
 	}
 	nc := fc.(*net.UnixConn)
 	rc, err := nc.SyscallConn()
 	if err != nil {
 		nc.Close()
-		b.log.error(err, "Could not serve a D-Bus connection", "socket", b.path)
+		b.log.Error(err, "Could not serve a D-Bus connection", "socket", b.path)
 		return
 	}
 
@@ -361,7 +362,7 @@ func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 		b.refusals++
 		b.mu.Unlock()
 		nc.Close()
-		b.log.info("Refused a D-Bus connection: too many open", "pid", pid, "uid", cred.Uid, "reason", why)
+		b.log.Info("Refused a D-Bus connection: too many open", "pid", pid, "uid", cred.Uid, "reason", why)
 		return
 	}
 	b.connID++
@@ -521,6 +522,6 @@ func (b *Bus) Close() error {
 	case <-t.C:
 		err = errors.Join(err, fmt.Errorf("logind: the bus's goroutines still run %v after Close", closeWait))
 	}
-	b.log.stop()
+	b.log.Stop()
 	return err
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
@@ -30,7 +31,7 @@ const (
 	maxQueuedBytes = 256 << 10
 	// repliesPerCall and maxReplyBytes bound what answering one message
 	// adds to the queue: Hello's reply and NameAcquired; an error text is
-	// clipped to maxErrorText.
+	// clipped to clientlog.MaxErrorText.
 	repliesPerCall = 2
 	maxReplyBytes  = 4 << 10
 	// maxBroadcasts is what may come on top of a full queue: the one
@@ -212,7 +213,7 @@ func (c *conn) waitRoom() bool {
 func (c *conn) recovered(during string) {
 	if p := recover(); p != nil {
 		c.close()
-		c.bus.log.error(fmt.Errorf("panic: %v", p), "A D-Bus connection failed; closed it", "pid", c.cred.Pid, "during", during, "stack", string(debug.Stack()))
+		c.bus.log.Error(fmt.Errorf("panic: %v", p), "A D-Bus connection failed; closed it", "pid", c.cred.Pid, "during", during, "stack", string(debug.Stack()))
 	}
 }
 
@@ -242,12 +243,12 @@ func (c *conn) ended(during string, err error) {
 	case errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET):
 		klog.V(1).InfoS("D-Bus client disconnected", kv...)
 	case errors.Is(err, os.ErrDeadlineExceeded) && name == "":
-		c.bus.log.info("Dropped a D-Bus connection that did not say Hello in time", append(kv, "timeout", c.bus.tun.helloTimeout)...)
+		c.bus.log.Info("Dropped a D-Bus connection that did not say Hello in time", append(kv, "timeout", c.bus.tun.helloTimeout)...)
 	case errors.Is(err, os.ErrDeadlineExceeded) && during == "reading":
 		klog.V(1).InfoS("Dropped an idle D-Bus connection", append(kv, "timeout", c.bus.tun.idleTimeout)...)
 	default:
 		// The error may quote what the client sent.
-		c.bus.log.info("Dropped a D-Bus connection", append(kv, "err", clipTo(err.Error(), maxErrorText))...)
+		c.bus.log.Info("Dropped a D-Bus connection", append(kv, "err", clientlog.ClipTo(err.Error(), clientlog.MaxErrorText))...)
 	}
 }
 
@@ -259,7 +260,7 @@ func (c *conn) send(m *dbus.Message, fds ...int) {
 		// Only this package builds outgoing messages: a failure is a bug,
 		// and a client waiting for a reply must not wait forever.
 		closeFDs(fds)
-		c.bus.log.error(err, "Could not encode a D-Bus message; dropping the connection", "pid", c.cred.Pid, "message", clipTo(m.String(), maxErrorText))
+		c.bus.log.Error(err, "Could not encode a D-Bus message; dropping the connection", "pid", c.cred.Pid, "message", clientlog.ClipTo(m.String(), clientlog.MaxErrorText))
 		c.close()
 		return
 	}
@@ -281,7 +282,7 @@ func (c *conn) enqueue(o outgoing) bool {
 		n, size, name := len(c.queue.msgs), c.queue.bytes, c.name
 		c.mu.Unlock()
 		closeFDs(o.fds)
-		c.bus.log.info("Dropped a D-Bus connection that does not read its messages", "pid", c.cred.Pid, "name", name, "queued", n, "bytes", size)
+		c.bus.log.Info("Dropped a D-Bus connection that does not read its messages", "pid", c.cred.Pid, "name", name, "queued", n, "bytes", size)
 		c.close()
 		return false
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeinit/nodeinit/internal/clientlog"
 )
 
 // The names this bus answers for.
@@ -73,7 +75,7 @@ func (c *conn) handle(m *dbus.Message, raw []byte) error {
 		// The specification: a connection's first message is Hello, or
 		// the bus disconnects it.
 		if m.Type != dbus.TypeMethodCall || in.dest != busName || in.member != "Hello" || (in.iface != "" && in.iface != busName) {
-			return fmt.Errorf("%w: %s %s.%s to %q before Hello", errProtocol, m.Type, clip(in.iface), clip(in.member), clip(in.dest))
+			return fmt.Errorf("%w: %s %s.%s to %q before Hello", errProtocol, m.Type, clientlog.Clip(in.iface), clientlog.Clip(in.member), clientlog.Clip(in.dest))
 		}
 		c.hello(in)
 		return nil
@@ -85,7 +87,7 @@ func (c *conn) handle(m *dbus.Message, raw []byte) error {
 		if c.passesThrough() && c.forward(in, plainReply) {
 			return nil
 		}
-		klog.V(2).InfoS("Ignored a D-Bus message", "pid", c.cred.Pid, "type", m.Type.String(), "interface", clip(in.iface), "member", clip(in.member))
+		klog.V(2).InfoS("Ignored a D-Bus message", "pid", c.cred.Pid, "type", m.Type.String(), "interface", clientlog.Clip(in.iface), "member", clientlog.Clip(in.member))
 		return nil
 	}
 	switch in.dest {
@@ -346,13 +348,13 @@ func (c *conn) reply(in *call, sender string, body ...any) {
 
 // fail answers in with a D-Bus error, and logs it: whatever a client asks
 // beyond what the kubelet needs shows in nodeinit's log, the first of its
-// kind at Info, the rest at V(2) and counted (clientLog). What the client
+// kind at Info, the rest at V(2) and counted (clientlog.Log). What the client
 // chose is clipped in both.
 func (c *conn) fail(in *call, sender string, e *callError) {
-	text := clipTo(e.text, maxErrorText)
-	c.bus.log.info("Answered a D-Bus call with an error", "pid", c.cred.Pid, "name", c.name,
-		"destination", clip(in.dest), "path", clip(in.path), "interface", clip(in.iface), "member", clip(in.member),
-		"signature", clip(in.sig), "error", e.name, "message", text)
+	text := clientlog.ClipTo(e.text, clientlog.MaxErrorText)
+	c.bus.log.Info("Answered a D-Bus call with an error", "pid", c.cred.Pid, "name", c.name,
+		"destination", clientlog.Clip(in.dest), "path", clientlog.Clip(in.path), "interface", clientlog.Clip(in.iface), "member", clientlog.Clip(in.member),
+		"signature", clientlog.Clip(in.sig), "error", e.name, "message", text)
 	if in.msg.Flags&dbus.FlagNoReplyExpected != 0 {
 		return
 	}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/internal/clientlog"
 )
 
 // The kubelet connects once when it starts and never retries: whatever
@@ -189,7 +191,7 @@ func TestWhatAClientCanMakeNodeinitLogIsBounded(t *testing.T) {
 		c.call(uint32(i+2), busName, busPath, busName, "AddMatch", huge)
 		m := c.message()
 		text, _ := m.Body[0].(string)
-		if m.Type != dbus.TypeError || header(m, dbus.FieldErrorName) != errMatchRuleInvalid || len(text) > maxErrorText+32 {
+		if m.Type != dbus.TypeError || header(m, dbus.FieldErrorName) != errMatchRuleInvalid || len(text) > clientlog.MaxErrorText+32 {
 			t.Fatalf("reply to a 60 KB rule: %s, %d bytes of text", header(m, dbus.FieldErrorName), len(text))
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
@@ -47,7 +48,7 @@ func (b *Bus) inhibit(cred unix.Ucred, who, why string) (int, *callError) {
 	// A smaller pipe only bounds sooner what a writer can put in; a
 	// kernel that refuses keeps the default.
 	_, _ = linux.SetPipeSize(p[0], lockPipeSize)
-	in := &inhibitor{who: clip(who), why: clip(why), pid: cred.Pid, uid: cred.Uid, since: b.tun.now(),
+	in := &inhibitor{who: clientlog.Clip(who), why: clientlog.Clip(why), pid: cred.Pid, uid: cred.Uid, since: b.tun.now(),
 		r: os.NewFile(uintptr(p[0]), "inhibitor")}
 
 	b.mu.Lock()
@@ -88,7 +89,7 @@ func (b *Bus) inhibit(cred unix.Ucred, who, why string) (int, *callError) {
 	b.mu.Unlock()
 
 	go b.watch(in)
-	b.log.info("Took a shutdown delay inhibitor", "who", in.who, "why", in.why, "pid", in.pid, "uid", in.uid, "inhibitors", n)
+	b.log.Info("Took a shutdown delay inhibitor", "who", in.who, "why", in.why, "pid", in.pid, "uid", in.uid, "inhibitors", n)
 	return p[1], nil
 }
 
@@ -126,7 +127,7 @@ func (b *Bus) watch(in *inhibitor) {
 	defer b.wg.Done()
 	defer func() {
 		if p := recover(); p != nil {
-			b.log.error(fmt.Errorf("panic: %v", p), "Watching a shutdown delay inhibitor failed; released it", "pid", in.pid, "stack", string(debug.Stack()))
+			b.log.Error(fmt.Errorf("panic: %v", p), "Watching a shutdown delay inhibitor failed; released it", "pid", in.pid, "stack", string(debug.Stack()))
 		}
 	}()
 	defer b.release(in)
@@ -152,7 +153,7 @@ func (b *Bus) release(in *inhibitor) {
 		b.drainedClosed = true
 	}
 	b.mu.Unlock()
-	b.log.info("Released a shutdown delay inhibitor", "who", in.who, "pid", in.pid, "held", b.tun.now().Sub(in.since).Round(time.Millisecond), "inhibitors", n)
+	b.log.Info("Released a shutdown delay inhibitor", "who", in.who, "pid", in.pid, "held", b.tun.now().Sub(in.since).Round(time.Millisecond), "inhibitors", n)
 	if b.tun.afterRelease != nil {
 		b.tun.afterRelease()
 	}

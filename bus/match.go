@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/nodeinit/nodeinit/internal/clientlog"
 )
 
 // A match rule (AddMatch, RemoveMatch): the keys and values of the rule
@@ -45,7 +47,7 @@ func parseMatchRule(s string) (matchRule, error) {
 			break
 		}
 		if key == "" || i == len(s) || s[i] != '=' {
-			return nil, fmt.Errorf("the key %q has no '=' after it", clip(key))
+			return nil, fmt.Errorf("the key %q has no '=' after it", clientlog.Clip(key))
 		}
 		i++
 		var val strings.Builder

@@ -20,6 +20,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
@@ -447,7 +448,7 @@ func (u *upstream) recovered(during string) {
 	if p := recover(); p != nil {
 		err := fmt.Errorf("panic: %v", p)
 		u.fail(err)
-		u.c.bus.log.error(err, "A D-Bus client's pass-through to the system bus failed; closed its connection",
+		u.c.bus.log.Error(err, "A D-Bus client's pass-through to the system bus failed; closed its connection",
 			"pid", u.c.cred.Pid, "during", during, "stack", string(debug.Stack()))
 	}
 }
@@ -606,7 +607,7 @@ func (u *upstream) refuseReply(f *frame, name string) {
 		return
 	}
 	e := newError(&dbus.Message{}, busName, name, errLimitsExceeded,
-		fmt.Sprintf("The reply from %s is %d bytes, more than the %d this bus passes on", clip(f.header(dbus.FieldSender)), f.size, maxUpstreamMessage))
+		fmt.Sprintf("The reply from %s is %d bytes, more than the %d this bus passes on", clientlog.Clip(f.header(dbus.FieldSender)), f.size, maxUpstreamMessage))
 	e.Headers[dbus.FieldReplySerial] = dbus.MakeVariant(serial)
 	data, _, err := encodeMessage(e, u.c.bus.nextSerial())
 	if err == nil {
@@ -667,10 +668,10 @@ func (u *upstream) drop(f *frame, fds []int, why string) {
 	u.dropped++
 	first := u.dropped == 1
 	u.mu.Unlock()
-	kv := []any{"pid", u.c.cred.Pid, "type", f.typ.String(), "sender", clip(f.header(dbus.FieldSender)),
-		"interface", clip(f.header(dbus.FieldInterface)), "member", clip(f.header(dbus.FieldMember)), "bytes", f.size, "reason", why}
+	kv := []any{"pid", u.c.cred.Pid, "type", f.typ.String(), "sender", clientlog.Clip(f.header(dbus.FieldSender)),
+		"interface", clientlog.Clip(f.header(dbus.FieldInterface)), "member", clientlog.Clip(f.header(dbus.FieldMember)), "bytes", f.size, "reason", why}
 	if first {
-		u.c.bus.log.info("Dropped a message from the system bus for a D-Bus client", kv...)
+		u.c.bus.log.Info("Dropped a message from the system bus for a D-Bus client", kv...)
 		return
 	}
 	klog.V(2).InfoS("Dropped a message from the system bus for a D-Bus client", kv...)
@@ -706,8 +707,8 @@ func (u *upstream) fail(err error) {
 		}
 		return
 	}
-	c.bus.log.info("The pass-through to the system bus ended for a D-Bus client; closed its connection",
-		"pid", c.cred.Pid, "waiting", pending, "dropped", dropped, "err", clipTo(err.Error(), maxErrorText))
+	c.bus.log.Info("The pass-through to the system bus ended for a D-Bus client; closed its connection",
+		"pid", c.cred.Pid, "waiting", pending, "dropped", dropped, "err", clientlog.ClipTo(err.Error(), clientlog.MaxErrorText))
 	c.close()
 }
 

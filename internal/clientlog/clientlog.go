@@ -1,4 +1,10 @@
-package bus
+// Package clientlog bounds what a local client can make nodeinit log or
+// send back (docs/design.md, rule 10): in size, every string a client
+// chose clipped before it goes into a log line or an error reply (Clip);
+// in rate, each kind of event logged at Info once per interval and
+// counted after (Log). The bus, its services and its pass-through log
+// what their clients cause through it.
+package clientlog
 
 import (
 	"fmt"
@@ -9,29 +15,27 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// What a client can make nodeinit log or send back is bounded in size
-// (docs/design.md, rule 10): every string a client chose is clipped before
-// it goes into a log line or an error reply.
 const (
-	// maxClip bounds one client-chosen string in a log line or a reply.
-	maxClip = 128
-	// maxErrorText bounds the text of an error reply, which may quote
+	// MaxClip bounds one client-chosen string in a log line or a reply.
+	MaxClip = 128
+	// MaxErrorText bounds the text of an error reply, which may quote
 	// several.
-	maxErrorText = 512
+	MaxErrorText = 512
 )
 
-// clip returns at most maxClip bytes of s, as valid UTF-8, saying how long
+// Clip returns at most MaxClip bytes of s, as valid UTF-8, saying how long
 // s was when it cuts.
-func clip(s string) string { return clipTo(s, maxClip) }
+func Clip(s string) string { return ClipTo(s, MaxClip) }
 
-func clipTo(s string, n int) string {
+// ClipTo is Clip to at most n bytes.
+func ClipTo(s string, n int) string {
 	if len(s) <= n {
 		return strings.ToValidUTF8(s, "\uFFFD")
 	}
 	return strings.ToValidUTF8(s[:n], "\uFFFD") + fmt.Sprintf("...(%d bytes)", len(s))
 }
 
-// clientLog bounds in rate what clients can make nodeinit log. Of each kind
+// Log bounds in rate what clients can make nodeinit log. Of each kind
 // of event (its message), the first is logged at Info; the ones that follow
 // within interval only at V(2), and one line at Info says how many there
 // were, at most once per interval, for as long as they go on. So a client
@@ -41,7 +45,7 @@ func clipTo(s string, n int) string {
 // A lone event arms no timer: only a repeat does, to end its interval. The
 // kubelet's own connection and lock are such lone events, and an idle node
 // is then never woken to summarize nothing.
-type clientLog struct {
+type Log struct {
 	interval time.Duration
 
 	mu      sync.Mutex
@@ -56,17 +60,17 @@ type logWindow struct {
 	timer    *time.Timer // nil until the first repeat
 }
 
-func newClientLog(interval time.Duration) *clientLog {
-	return &clientLog{interval: interval, windows: make(map[string]*logWindow)}
+func New(interval time.Duration) *Log {
+	return &Log{interval: interval, windows: make(map[string]*logWindow)}
 }
 
 // first reports whether msg is the first of its kind in its interval, and
 // opens an interval when it is.
-func (l *clientLog) first(msg string) bool {
+func (l *Log) first(msg string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
-		// After stop, a bus that is closing: its last events go to V(2).
+		// After Stop, a bus that is closing: its last events go to V(2).
 		return false
 	}
 	now := time.Now()
@@ -81,9 +85,9 @@ func (l *clientLog) first(msg string) bool {
 	return true
 }
 
-// info logs an event a client caused: at Info if it is the first of its
+// Info logs an event a client caused: at Info if it is the first of its
 // kind in the interval, else at V(2).
-func (l *clientLog) info(msg string, kv ...any) {
+func (l *Log) Info(msg string, kv ...any) {
 	if l.first(msg) {
 		klog.InfoSDepth(1, msg, kv...)
 		return
@@ -91,8 +95,8 @@ func (l *clientLog) info(msg string, kv ...any) {
 	klog.V(2).InfoSDepth(1, msg, kv...)
 }
 
-// error is info for an event with an error.
-func (l *clientLog) error(err error, msg string, kv ...any) {
+// Error is Info for an event with an error.
+func (l *Log) Error(err error, msg string, kv ...any) {
 	if l.first(msg) {
 		klog.ErrorSDepth(1, err, msg, kv...)
 		return
@@ -103,7 +107,7 @@ func (l *clientLog) error(err error, msg string, kv ...any) {
 // summarize ends w's interval: it logs how many events of its kind were
 // not logged at Info, and if there were any, keeps the next interval quiet
 // too.
-func (l *clientLog) summarize(msg string, w *logWindow) {
+func (l *Log) summarize(msg string, w *logWindow) {
 	l.mu.Lock()
 	n := w.repeated
 	w.repeated = 0
@@ -119,8 +123,8 @@ func (l *clientLog) summarize(msg string, w *logWindow) {
 	}
 }
 
-// stop logs what the open intervals counted, and ends them.
-func (l *clientLog) stop() {
+// Stop logs what the open intervals counted, and ends them.
+func (l *Log) Stop() {
 	l.mu.Lock()
 	l.stopped = true
 	open := make(map[string]*logWindow, len(l.windows))

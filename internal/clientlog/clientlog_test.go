@@ -1,4 +1,4 @@
-package bus
+package clientlog
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 
 // window returns the state of msg's interval: whether there is one, its
 // count and whether it has a timer.
-func (l *clientLog) window(msg string) (open bool, repeated int, timed bool) {
+func (l *Log) window(msg string) (open bool, repeated int, timed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w := l.windows[msg]
@@ -24,7 +24,7 @@ func TestClientLogArmsATimerOnlyForARepeat(t *testing.T) {
 	// Long enough that a loaded machine's late timer still leaves most of
 	// the quiet interval to check.
 	const interval = 500 * time.Millisecond
-	l := newClientLog(interval)
+	l := New(interval)
 	const msg = "Took a shutdown delay inhibitor"
 	if !l.first(msg) {
 		t.Fatal("the first event was not logged at Info")
@@ -61,7 +61,7 @@ func TestClientLogArmsATimerOnlyForARepeat(t *testing.T) {
 	if l.first(msg) {
 		t.Fatal("an event in the quiet interval after repeats was logged at Info")
 	}
-	l.stop()
+	l.Stop()
 	if open, _, _ := l.window(msg); open {
 		t.Fatal("an interval is still open after stop")
 	}
