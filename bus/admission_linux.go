@@ -33,10 +33,6 @@ const (
 	// maxConnsPerPeer bounds the connections of one process. The kubelet
 	// keeps one.
 	maxConnsPerPeer = 4
-	// maxInhibitorsPerPeer bounds the delay locks one process takes. The
-	// kubelet holds one, two for a moment when it takes a new one before
-	// releasing the old.
-	maxInhibitorsPerPeer = 4
 	// maxRemembered bounds the refused processes remembered, each by a
 	// pidfd the bus holds.
 	maxRemembered = 16
@@ -55,14 +51,14 @@ type executor struct {
 // another process gets its pid. A second call replaces the first.
 func (b *Bus) AdmitExecutor(pid int) error {
 	if pid <= 0 {
-		return fmt.Errorf("logind: no executor to admit: pid %d", pid)
+		return fmt.Errorf("bus: no executor to admit: pid %d", pid)
 	}
 	pidfd, err := linux.PidfdOpen(pid)
 	if errors.Is(err, unix.ENOSYS) {
 		pidfd, err = -1, nil
 	}
 	if err != nil {
-		return fmt.Errorf("logind: the executor %d: %w", pid, err)
+		return fmt.Errorf("bus: the executor %d: %w", pid, err)
 	}
 	b.mu.Lock()
 	pidfds := b.forgetPidfds()

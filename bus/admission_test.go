@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/test/testenv"
+
+	"github.com/nodeinit/nodeinit/bus/service"
 )
 
 // refused waits until the bus has refused want connections in all, and
@@ -38,7 +40,7 @@ func TestNobodyIsAdmittedBeforeTheExecutorRuns(t *testing.T) {
 	logs := captureLog(t)
 	tun := defaultTunables()
 	tun.helloTimeout = 500 * time.Millisecond // how long a connection waits for the executor
-	b, err := listenWith(filepath.Join(t.TempDir(), "bus"), Options{}, tun)
+	b, err := listenTest(filepath.Join(t.TempDir(), "bus"), testOptions{}, tun)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func TestNobodyIsAdmittedBeforeTheExecutorRuns(t *testing.T) {
 // in that instant waits for AdmitExecutor instead of being refused, which
 // would leave a kubelet without its lock for good.
 func TestAConnectionBeforeTheExecutorIsKnownWaitsForIt(t *testing.T) {
-	b, err := listenWith(filepath.Join(t.TempDir(), "bus"), Options{}, defaultTunables())
+	b, err := listenTest(filepath.Join(t.TempDir(), "bus"), testOptions{}, defaultTunables())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func TestAConnectionBeforeTheExecutorIsKnownWaitsForIt(t *testing.T) {
 // The executor's descendants are admitted, the process above it is not.
 func TestTheExecutorsTreeIsAdmittedAndNothingAbove(t *testing.T) {
 	logs := captureLog(t)
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	// The executor is a shell; the kubelet is its child, not the shell
 	// itself (the shell waits for it rather than exec it).
 	executor := exec.Command("sh", "-c", `"$0" -test.run='^$'; true`, os.Args[0])
@@ -153,7 +155,7 @@ func TestAnExecutorThatEndedAdmitsNobody(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(proc, self, "stat"), []byte(self+" (logind.test) S "+strconv.Itoa(pid)+" 1 1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b := listen(t, Options{}, func(tun *tunables) { tun.procRoot = proc })
+	b := listen(t, testOptions{}, func(tun *tunables) { tun.procRoot = proc })
 	if err := b.AdmitExecutor(pid); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +186,7 @@ func TestAPeerThatEndedBeforeItsCheckIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	b := newBus(filepath.Join(dir, "bus"), Options{}, defaultTunables())
+	b := newTestBus(filepath.Join(dir, "bus"), testOptions{}, defaultTunables())
 	defer b.Close()
 	if err := b.AdmitExecutor(os.Getpid()); err != nil {
 		t.Fatal(err)
@@ -228,7 +230,7 @@ func TestAPeerThatEndedBeforeItsCheckIsRefused(t *testing.T) {
 // is walked again each time.
 func TestWithoutPeerPidfdsTheWalkAloneDecides(t *testing.T) {
 	logs := captureLog(t)
-	b := listen(t, Options{}, func(tun *tunables) {
+	b := listen(t, testOptions{}, func(tun *tunables) {
 		tun.peerPidfd = func(int) (int, error) { return -1, os.NewSyscallError("getsockopt SO_PEERPIDFD", unix.ENOPROTOOPT) }
 	})
 	if _, err := (kubelet{connect(t, b)}).inhibitShutdown(); err != nil {
@@ -263,7 +265,7 @@ func TestWithoutPeerPidfdsTheWalkAloneDecides(t *testing.T) {
 
 // One process has at most maxConnsPerPeer connections.
 func TestOneProcessHasAtMostFourConnections(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	for range maxConnsPerPeer {
 		c := dialRaw(t, b)
 		c.auth()
@@ -281,7 +283,7 @@ func TestOneProcessHasAtMostFourConnections(t *testing.T) {
 // has its slot whatever its descendants hold.
 func TestIdleConnectionsAreDroppedAndTheExecutorAlwaysConnects(t *testing.T) {
 	const hello = 4 * time.Second
-	b := listen(t, Options{}, func(tun *tunables) { tun.helloTimeout = hello })
+	b := listen(t, testOptions{}, func(tun *tunables) { tun.helloTimeout = hello })
 	// Nine processes below the executor (the test process) open four
 	// connections each, authenticate and say nothing more: more than the
 	// bus serves.
@@ -325,7 +327,7 @@ func TestIdleConnectionsAreDroppedAndTheExecutorAlwaysConnects(t *testing.T) {
 // A connection that said Hello and waits for nothing (no match rule) is
 // dropped after idleTimeout; one with a match rule stays.
 func TestAConnectionThatWaitsForNothingIsDroppedWhenIdle(t *testing.T) {
-	b := listen(t, Options{}, func(tun *tunables) { tun.idleTimeout = 300 * time.Millisecond })
+	b := listen(t, testOptions{}, func(tun *tunables) { tun.idleTimeout = 300 * time.Millisecond })
 	idle, waiting := dialRaw(t, b), dialRaw(t, b)
 	for _, c := range []*raw{idle, waiting} {
 		c.auth()
@@ -337,7 +339,7 @@ func TestAConnectionThatWaitsForNothingIsDroppedWhenIdle(t *testing.T) {
 	}
 	idle.closedByServer()
 	time.Sleep(600 * time.Millisecond)
-	waiting.call(3, logindName, logindPath, propertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
+	waiting.call(3, logindName, logindPath, service.PropertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
 	if m := waiting.message(); m.Type != dbus.TypeMethodReply {
 		t.Errorf("the connection with a match rule: %v", m)
 	}
@@ -347,16 +349,16 @@ func TestAConnectionThatWaitsForNothingIsDroppedWhenIdle(t *testing.T) {
 // most maxInhibitors; the executor itself takes its lock whatever they
 // hold.
 func TestLockHogsLeaveTheExecutorItsLock(t *testing.T) {
-	b := listen(t, Options{})
-	if r := startHelper(t, "hog", b.path, 0).start(); r != "locks=4 refused="+errLimitsExceeded {
+	b := listen(t, testOptions{})
+	if r := startHelper(t, "hog", b.path, 0).start(); r != "locks=4 refused="+service.LimitsExceeded {
 		t.Fatalf("one hog: %s", r)
 	}
 	for i := 1; i < maxInhibitors/maxInhibitorsPerPeer; i++ {
-		if r := startHelper(t, "hog", b.path, 0).start(); r != "locks=4 refused="+errLimitsExceeded {
+		if r := startHelper(t, "hog", b.path, 0).start(); r != "locks=4 refused="+service.LimitsExceeded {
 			t.Fatalf("hog %d: %s", i, r)
 		}
 	}
-	if r := startHelper(t, "hog", b.path, 0).start(); r != "locks=0 refused="+errLimitsExceeded {
+	if r := startHelper(t, "hog", b.path, 0).start(); r != "locks=0 refused="+service.LimitsExceeded {
 		t.Fatalf("the hog after %d locks: %s", maxInhibitors, r)
 	}
 	if _, err := (kubelet{connect(t, b)}).inhibitShutdown(); err != nil {

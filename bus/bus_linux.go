@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,13 +18,10 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/bus/service"
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
-
-// DefaultInhibitDelayMax is the delay reported when Options leave it unset:
-// logind's own default InhibitDelayMaxSec.
-const DefaultInhibitDelayMax = 5 * time.Second
 
 // Limits of the bus as a whole.
 const (
@@ -35,9 +30,6 @@ const (
 	// finds a slot for its one connection (godbus's shared system bus
 	// connection), however many its descendants hold.
 	maxConns = 32
-	// maxInhibitors bounds the delay locks held at once, again those of
-	// the executor process itself aside.
-	maxInhibitors = 64
 	// maxAcceptLoops bounds the goroutines that take connections off the
 	// backlog, one per CPU nodeinit may use: a flooder that connects from
 	// two threads at once is outrun by two loops, not by one.
@@ -52,20 +44,11 @@ const (
 
 // Options configure a Bus.
 type Options struct {
-	// InhibitDelayMax is reported as logind's InhibitDelayMaxUSec: the
-	// longest a delay inhibitor may hold shutdown back, and so the longest
-	// the caller should wait for the channel PrepareForShutdown returns.
-	// The kubelet wants it at least as long as its shutdownGracePeriod
-	// (the sum of shutdownGracePeriodByPodPriority); shorter, it raises it
-	// with a logind drop-in and a reload (InhibitDelayMax is then the
-	// delay in force). Zero means DefaultInhibitDelayMax.
-	InhibitDelayMax time.Duration
-	// ConfigRoot is the root under which logind's configuration
-	// (etc/systemd/logind.conf and the logind.conf.d drop-ins) is read
-	// when a client reloads logind; "" is "/".
-	ConfigRoot string
+	// Root is the root under which the machine ID (etc/machine-id) is
+	// read for Peer.GetMachineId; "" is "/".
+	Root string
 	// Upstream is the D-Bus address of the system bus to pass through to
-	// (UpstreamAddress): every call not for logind and not answered by
+	// (UpstreamAddress): every call not for a service and not answered by
 	// the bus itself goes there. "" means none.
 	Upstream string
 }
@@ -96,8 +79,6 @@ type tunables struct {
 	peerPidfd func(fd int) (int, error)
 	// now is the clock.
 	now func() time.Time
-	// afterRelease, when set, is called after an inhibitor is released.
-	afterRelease func()
 	// upstreamHook, when set, is called by a pass-through's reader for
 	// each message it has read ("reading") and by its writer before each
 	// write ("writing"): the tests' way into those goroutines.
@@ -131,7 +112,7 @@ type Bus struct {
 	backlogs []*os.File
 	guid     string
 	serial   atomic.Uint32
-	logind   *logindState // the delay in force, changed by a reload
+	services []*local
 
 	wg   sync.WaitGroup // every goroutine of the bus
 	done chan struct{}  // closed by Close
@@ -148,46 +129,40 @@ type Bus struct {
 	conns         map[*conn]struct{}
 	connsOf       map[int32]int // open connections by peer pid
 	connID        uint64
-	inhibitors    map[*inhibitor]struct{}
-	inhibitorID   uint64
-	drained       chan struct{} // made by the first PrepareForShutdown
-	drainedClosed bool
-	preparedAt    time.Time
 }
 
 // Listen creates the unix socket at path (replacing a socket left there by
 // an earlier run, never another kind of file), makes it reachable by its
 // owner only, and serves the bus on it until Close.
 //
-// Nobody may use the bus until AdmitExecutor names the executor.
-func Listen(path string, opts Options) (*Bus, error) {
-	return listenWith(path, opts, defaultTunables())
+// The services (logind) answer for their names on it, from their own
+// unique names. Nobody may use the bus until AdmitExecutor names the
+// executor.
+func Listen(path string, opts Options, services ...service.Service) (*Bus, error) {
+	return listenWith(path, opts, defaultTunables(), services...)
 }
 
-func listenWith(path string, opts Options, tun tunables) (*Bus, error) {
-	if opts.InhibitDelayMax <= 0 {
-		opts.InhibitDelayMax = DefaultInhibitDelayMax
-	}
+func listenWith(path string, opts Options, tun tunables, services ...service.Service) (*Bus, error) {
 	if err := removeStaleSocket(path); err != nil {
 		return nil, err
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("logind: %w", err)
+		return nil, fmt.Errorf("bus: %w", err)
 	}
 	// The peer credentials decide who may use the bus; the mode keeps
 	// other users from even connecting.
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("logind: %w", err)
+		return nil, fmt.Errorf("bus: %w", err)
 	}
-	b := newBus(path, opts, tun)
+	b := newBus(path, opts, tun, services...)
 	b.ln = ln
 	for range min(runtime.GOMAXPROCS(0), maxAcceptLoops) {
 		backlog, err := ln.File()
 		if err != nil {
 			b.Close()
-			return nil, fmt.Errorf("logind: %w", err)
+			return nil, fmt.Errorf("bus: %w", err)
 		}
 		b.backlogs = append(b.backlogs, backlog)
 	}
@@ -195,17 +170,19 @@ func listenWith(path string, opts Options, tun tunables) (*Bus, error) {
 		b.wg.Add(1)
 		go b.accept(backlog)
 	}
-	klog.V(1).InfoS("Serving logind's shutdown inhibitors on a D-Bus socket", "socket", path, "inhibitDelayMax", opts.InhibitDelayMax)
+	klog.V(1).InfoS("Serving a D-Bus bus", "socket", path, "services", len(services))
 	return b, nil
 }
 
-func newBus(path string, opts Options, tun tunables) *Bus {
-	return &Bus{
+func newBus(path string, opts Options, tun tunables, services ...service.Service) *Bus {
+	if opts.Root == "" {
+		opts.Root = "/"
+	}
+	b := &Bus{
 		path:          path,
 		opts:          opts,
 		tun:           tun,
 		log:           clientlog.New(tun.logInterval),
-		logind:        newLogindState(opts),
 		guid:          fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
 		done:          make(chan struct{}),
 		executor:      executor{pidfd: -1},
@@ -213,8 +190,12 @@ func newBus(path string, opts Options, tun tunables) *Bus {
 		executorKnown: make(chan struct{}),
 		conns:         make(map[*conn]struct{}),
 		connsOf:       make(map[int32]int),
-		inhibitors:    make(map[*inhibitor]struct{}),
+		// The services' unique names come first: connections are
+		// numbered after them.
+		connID: uint64(max(len(services), 1) - 1),
 	}
+	b.register(services)
+	return b
 }
 
 func removeStaleSocket(path string) error {
@@ -223,12 +204,12 @@ func removeStaleSocket(path string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
-		return fmt.Errorf("logind: %w", err)
+		return fmt.Errorf("bus: %w", err)
 	case fi.Mode().Type() != fs.ModeSocket:
-		return fmt.Errorf("logind: %s exists and is not a socket", path)
+		return fmt.Errorf("bus: %s exists and is not a socket", path)
 	}
 	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("logind: removing the stale socket: %w", err)
+		return fmt.Errorf("bus: removing the stale socket: %w", err)
 	}
 	return nil
 }
@@ -394,88 +375,23 @@ func (b *Bus) nextSerial() uint32 {
 	}
 }
 
-// PrepareForShutdown emits logind's PrepareForShutdown(true) to every
-// connection with a match rule for it, and returns a channel that is closed
-// once every delay inhibitor is released: at once when none is held.
-//
-// From the first call on, Inhibit is refused with
-// org.freedesktop.login1.OperationInProgress, as logind refuses a delay
-// lock for an operation already under way: a lock taken now would promise a
-// delay that the shutdown in progress does not give, and a client that kept
-// taking new ones could hold the channel open for ever. So the channel
-// waits for exactly the inhibitors held at the first call.
-//
-// Later calls emit nothing and return the same channel. The caller bounds
-// its wait itself, with Options.InhibitDelayMax as logind does; Close
-// releases every inhibitor, so the channel is closed after Close too.
-func (b *Bus) PrepareForShutdown() <-chan struct{} {
-	b.mu.Lock()
-	if b.drained != nil {
-		ch := b.drained
-		b.mu.Unlock()
-		return ch
-	}
-	b.drained = make(chan struct{})
-	b.preparedAt = b.tun.now()
-	held := len(b.inhibitors)
-	if held == 0 {
-		close(b.drained)
-		b.drainedClosed = true
-	}
-	var conns []*conn
-	if !b.closed {
-		for c := range b.conns {
-			conns = append(conns, c)
-		}
-	}
-	ch := b.drained
-	b.mu.Unlock()
-
-	sig := newSignal(logindOwner, logindPath, managerIface, "PrepareForShutdown", true)
-	data, _, err := encodeMessage(sig, b.nextSerial())
-	if err != nil {
-		// A constant message: this cannot fail short of a bug.
-		klog.ErrorS(err, "Could not encode PrepareForShutdown")
-		return ch
-	}
-	sent := 0
-	for _, c := range conns {
-		if c.wants(sig, logindOwner) && c.enqueue(outgoing{data: data}) {
-			sent++
-		}
-	}
-	klog.InfoS("Sent PrepareForShutdown(true) on the D-Bus socket", "connections", sent, "delayInhibitors", held)
-	return ch
-}
-
 // Status is one line for nodeinit's status report: the connections, each
-// inhibitor held (who, why, pid, for how long), and whether
-// PrepareForShutdown was sent.
+// service's status (logind's inhibitors), and the connections refused.
 func (b *Bus) Status() string {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := b.tun.now()
+	conns, refusals := len(b.conns), b.refusals
+	b.mu.Unlock()
 	var s strings.Builder
-	fmt.Fprintf(&s, "connections=%d inhibitors=%d", len(b.conns), len(b.inhibitors))
-	held := make([]*inhibitor, 0, len(b.inhibitors))
-	for in := range b.inhibitors {
-		held = append(held, in)
+	fmt.Fprintf(&s, "connections=%d", conns)
+	for _, l := range b.services {
+		s.WriteString(" " + l.Status())
 	}
-	slices.SortFunc(held, func(x, y *inhibitor) int { return cmp.Compare(x.id, y.id) })
-	for _, in := range held {
-		fmt.Fprintf(&s, " [who=%q why=%q mode=delay pid=%d held=%s]", in.who, in.why, in.pid, now.Sub(in.since).Round(time.Second))
-	}
-	if b.drained == nil {
-		s.WriteString(" prepareForShutdown=not-sent")
-	} else {
-		fmt.Fprintf(&s, " prepareForShutdown=sent-%s-ago", now.Sub(b.preparedAt).Round(time.Millisecond))
-	}
-	fmt.Fprintf(&s, " refusedConnections=%d", b.refusals)
+	fmt.Fprintf(&s, " refusedConnections=%d", refusals)
 	return s.String()
 }
 
 // Close stops the bus: the socket is removed, every connection closed and
-// every inhibitor released. It waits at most closeWait for the bus's
+// every service closed (logind releases its inhibitors). It waits at most closeWait for the bus's
 // goroutines, which end as soon as their descriptors are closed.
 func (b *Bus) Close() error {
 	b.mu.Lock()
@@ -488,10 +404,6 @@ func (b *Bus) Close() error {
 	var conns []*conn
 	for c := range b.conns {
 		conns = append(conns, c)
-	}
-	var held []*inhibitor
-	for in := range b.inhibitors {
-		held = append(held, in)
 	}
 	pidfds := b.forgetPidfds()
 	b.mu.Unlock()
@@ -507,8 +419,8 @@ func (b *Bus) Close() error {
 	for _, c := range conns {
 		c.close()
 	}
-	for _, in := range held {
-		in.r.Close()
+	for _, l := range b.services {
+		l.Close()
 	}
 	ended := make(chan struct{})
 	go func() {
@@ -520,7 +432,7 @@ func (b *Bus) Close() error {
 	select {
 	case <-ended:
 	case <-t.C:
-		err = errors.Join(err, fmt.Errorf("logind: the bus's goroutines still run %v after Close", closeWait))
+		err = errors.Join(err, fmt.Errorf("bus: the bus's goroutines still run %v after Close", closeWait))
 	}
 	b.log.Stop()
 	return err

@@ -17,19 +17,21 @@ import (
 
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/bus/service"
 )
 
 // listen serves a bus in the test's temporary directory, closed at the end
 // of the test, with the test process as its executor: the test's own
 // connections go through the real admission, and pass it. tune, if given,
 // changes the bus's tunables first.
-func listen(t *testing.T, opts Options, tune ...func(*tunables)) *Bus {
+func listen(t *testing.T, opts testOptions, tune ...func(*tunables)) *Bus {
 	t.Helper()
 	tun := defaultTunables()
 	for _, f := range tune {
 		f(&tun)
 	}
-	b, err := listenWith(filepath.Join(t.TempDir(), "bus"), opts, tun)
+	b, err := listenTest(filepath.Join(t.TempDir(), "bus"), opts, tun)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +44,18 @@ func listen(t *testing.T, opts Options, tune ...func(*tunables)) *Bus {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// waitInhibitors waits, at most 10s, until logind holds n inhibitors.
+func waitInhibitors(t *testing.T, b *Bus, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.Status(), " inhibitors="+strconv.Itoa(n)+" ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %d inhibitors within 10s: %s", n, b.Status())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // connect is a private godbus connection that has authenticated and said
@@ -180,7 +194,7 @@ func busGoroutines() []string {
 }
 
 func TestAddressIsTheSocketForDBUS_SYSTEM_BUS_ADDRESS(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	if want := "unix:path=" + b.path; b.Address() != want {
 		t.Errorf("Address() = %q, want %q", b.Address(), want)
 	}
@@ -215,7 +229,7 @@ func TestListenReplacesAStaleSocketButNoOtherFile(t *testing.T) {
 }
 
 func TestUnexpectedCallsGetADBusErrorAndTheConnectionStays(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	conn := connect(t, b)
 	logind := conn.Object(logindName, logindPath)
 	for _, tc := range []struct {
@@ -225,24 +239,24 @@ func TestUnexpectedCallsGetADBusErrorAndTheConnectionStays(t *testing.T) {
 		args    []any
 		errName string
 	}{
-		{"logind's PowerOff", logind, managerIface + ".PowerOff", []any{false}, errUnknownMethod},
-		{"Inhibit with three arguments", logind, managerIface + ".Inhibit", []any{"shutdown", "me", "why"}, errInvalidArgs},
-		{"Inhibit sleep", logind, managerIface + ".Inhibit", []any{"sleep", "me", "why", "delay"}, errNotSupported},
-		{"Inhibit shutdown and sleep", logind, managerIface + ".Inhibit", []any{"shutdown:sleep", "me", "why", "delay"}, errNotSupported},
-		{"Inhibit block", logind, managerIface + ".Inhibit", []any{"shutdown", "me", "why", "block"}, errNotSupported},
-		{"Inhibit nonsense", logind, managerIface + ".Inhibit", []any{"reboot", "me", "why", "delay"}, errInvalidArgs},
-		{"Inhibit in an unknown mode", logind, managerIface + ".Inhibit", []any{"shutdown", "me", "why", "later"}, errInvalidArgs},
-		{"another property", logind, propertiesIface + ".Get", []any{managerIface, "IdleHint"}, errUnknownProperty},
-		{"another interface's property", logind, propertiesIface + ".Get", []any{"org.freedesktop.login1.Session", "Id"}, errUnknownInterface},
-		{"Set", logind, propertiesIface + ".Set", []any{managerIface, "InhibitDelayMaxUSec", dbus.MakeVariant(uint64(1))}, errPropertyReadOnly},
-		{"another object", conn.Object(logindName, "/org/freedesktop/login1/session/self"), propertiesIface + ".Get", []any{"org.freedesktop.login1.Session", "Id"}, errUnknownObject},
+		{"logind's PowerOff", logind, managerIface + ".PowerOff", []any{false}, service.UnknownMethod},
+		{"Inhibit with three arguments", logind, managerIface + ".Inhibit", []any{"shutdown", "me", "why"}, service.InvalidArgs},
+		{"Inhibit sleep", logind, managerIface + ".Inhibit", []any{"sleep", "me", "why", "delay"}, service.NotSupported},
+		{"Inhibit shutdown and sleep", logind, managerIface + ".Inhibit", []any{"shutdown:sleep", "me", "why", "delay"}, service.NotSupported},
+		{"Inhibit block", logind, managerIface + ".Inhibit", []any{"shutdown", "me", "why", "block"}, service.NotSupported},
+		{"Inhibit nonsense", logind, managerIface + ".Inhibit", []any{"reboot", "me", "why", "delay"}, service.InvalidArgs},
+		{"Inhibit in an unknown mode", logind, managerIface + ".Inhibit", []any{"shutdown", "me", "why", "later"}, service.InvalidArgs},
+		{"another property", logind, service.PropertiesIface + ".Get", []any{managerIface, "IdleHint"}, service.UnknownProperty},
+		{"another interface's property", logind, service.PropertiesIface + ".Get", []any{"org.freedesktop.login1.Session", "Id"}, service.UnknownInterface},
+		{"Set", logind, service.PropertiesIface + ".Set", []any{managerIface, "InhibitDelayMaxUSec", dbus.MakeVariant(uint64(1))}, service.PropertyReadOnly},
+		{"another object", conn.Object(logindName, "/org/freedesktop/login1/session/self"), service.PropertiesIface + ".Get", []any{"org.freedesktop.login1.Session", "Id"}, service.UnknownObject},
 		{"another service", conn.Object("org.example.Nobody", "/"), "org.example.Nobody.Hi", nil, errServiceUnknown},
 		{"systemd", conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1"), "org.freedesktop.systemd1.Manager.KillUnit", []any{"containerd.service", "all", int32(1)}, errNoSuchUnit},
-		{"a second Hello", conn.BusObject(), busName + ".Hello", nil, errFailed},
-		{"a bus method it does not offer", conn.BusObject(), busName + ".UpdateActivationEnvironment", []any{map[string]string{}}, errUnknownMethod},
-		{"another bus interface", conn.BusObject(), "org.freedesktop.DBus.Monitoring.BecomeMonitor", []any{[]string{}, uint32(0)}, errUnknownMethod},
+		{"a second Hello", conn.BusObject(), busName + ".Hello", nil, service.Failed},
+		{"a bus method it does not offer", conn.BusObject(), busName + ".UpdateActivationEnvironment", []any{map[string]string{}}, service.UnknownMethod},
+		{"another bus interface", conn.BusObject(), "org.freedesktop.DBus.Monitoring.BecomeMonitor", []any{[]string{}, uint32(0)}, service.UnknownMethod},
 		{"an invalid match rule", conn.BusObject(), busName + ".AddMatch", []any{"type='bogus'"}, errMatchRuleInvalid},
-		{"AddMatch without a rule", conn.BusObject(), busName + ".AddMatch", []any{int32(1)}, errInvalidArgs},
+		{"AddMatch without a rule", conn.BusObject(), busName + ".AddMatch", []any{int32(1)}, service.InvalidArgs},
 		{"removing a rule never added", conn.BusObject(), busName + ".RemoveMatch", []any{"member='Nothing'"}, errMatchRuleNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -269,7 +283,7 @@ func TestUnexpectedCallsGetADBusErrorAndTheConnectionStays(t *testing.T) {
 }
 
 func TestInhibitNeedsFDPassing(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	c := dialRaw(t, b)
 	c.send("\x00AUTH EXTERNAL\r\nDATA\r\nBEGIN\r\n")
 	if l := c.line(); l != "DATA" {
@@ -280,7 +294,7 @@ func TestInhibitNeedsFDPassing(t *testing.T) {
 	}
 	c.hello()
 	c.call(2, logindName, logindPath, managerIface, "Inhibit", "shutdown", "me", "test", "delay")
-	if m := c.message(); m.Type != dbus.TypeError || header(m, dbus.FieldErrorName) != errNotSupported {
+	if m := c.message(); m.Type != dbus.TypeError || header(m, dbus.FieldErrorName) != service.NotSupported {
 		t.Errorf("Inhibit without fd passing: %v", m)
 	}
 	if s := b.Status(); !strings.Contains(s, "inhibitors=0") {
@@ -289,7 +303,7 @@ func TestInhibitNeedsFDPassing(t *testing.T) {
 }
 
 func TestGarbageEndsOnlyThatConnection(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	auth := "\x00AUTH EXTERNAL " + hexID(strconv.Itoa(os.Getuid())) + "\r\nBEGIN\r\n"
 	big := make([]byte, 16)
 	copy(big, "l\x01\x00\x01")
@@ -339,7 +353,7 @@ func TestAHugeStringIsNotAllocated(t *testing.T) {
 }
 
 func TestAHandshakeThatNeverEndsIsDropped(t *testing.T) {
-	b := listen(t, Options{}, func(tun *tunables) { tun.helloTimeout = 100 * time.Millisecond })
+	b := listen(t, testOptions{}, func(tun *tunables) { tun.helloTimeout = 100 * time.Millisecond })
 	c := dialRaw(t, b)
 	c.send("\x00AUTH\r\n")
 	if l := c.line(); l != "REJECTED EXTERNAL" {
@@ -349,14 +363,14 @@ func TestAHandshakeThatNeverEndsIsDropped(t *testing.T) {
 }
 
 func TestAClientThatDoesNotReadIsDropped(t *testing.T) {
-	b := listen(t, Options{}, func(tun *tunables) { tun.writeTimeout = 500 * time.Millisecond })
+	b := listen(t, testOptions{}, func(tun *tunables) { tun.writeTimeout = 500 * time.Millisecond })
 	c := dialRaw(t, b)
 	c.auth()
 	c.hello()
 	// Calls whose replies are never read: the socket's buffers fill, then
 	// the bus's queue; the bus stops reading, its write times out, it drops
 	// the connection, and the writes here fail.
-	get := encodeCall(t, 2, logindName, logindPath, propertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
+	get := encodeCall(t, 2, logindName, logindPath, service.PropertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
 	if err := c.SetWriteDeadline(time.Now().Add(30 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -374,14 +388,14 @@ func TestAClientThatDoesNotReadIsDropped(t *testing.T) {
 }
 
 func TestPrepareForShutdownWithoutInhibitorsIsDrainedAtOnce(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	k := kubelet{connect(t, b)}
 	events, err := k.monitorShutdown()
 	if err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-b.PrepareForShutdown():
+	case <-loginOf(b).PrepareForShutdown():
 	default:
 		t.Fatal("not drained at once with no inhibitor held")
 	}
@@ -396,7 +410,7 @@ func TestPrepareForShutdownWithoutInhibitorsIsDrainedAtOnce(t *testing.T) {
 }
 
 func TestPrepareForShutdownGoesOnlyWhereAMatchRuleWantsIt(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	watching, other := dialRaw(t, b), dialRaw(t, b)
 	for _, c := range []*raw{watching, other} {
 		c.auth()
@@ -409,21 +423,20 @@ func TestPrepareForShutdownGoesOnlyWhereAMatchRuleWantsIt(t *testing.T) {
 			t.Fatalf("AddMatch: %v", m)
 		}
 	}
-	b.PrepareForShutdown()
+	loginOf(b).PrepareForShutdown()
 	if m := watching.message(); header(m, dbus.FieldMember) != "PrepareForShutdown" {
 		t.Errorf("got %v", m)
 	}
 	// The other connection gets nothing: its next message is the reply to
 	// a call made after the signal went out.
-	other.call(3, logindName, logindPath, propertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
+	other.call(3, logindName, logindPath, service.PropertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
 	if m := other.message(); m.Type != dbus.TypeMethodReply || m.Headers[dbus.FieldReplySerial].Value() != uint32(3) {
 		t.Errorf("the connection without a rule for it got %v", m)
 	}
 }
 
 func TestDrainedOnlyWhenBothInhibitorsAreReleased(t *testing.T) {
-	released := make(chan struct{}, 2)
-	b := listen(t, Options{}, func(tun *tunables) { tun.afterRelease = func() { released <- struct{}{} } })
+	b := listen(t, testOptions{})
 	var fds []uint32
 	for range 2 {
 		fd, err := (kubelet{connect(t, b)}).inhibitShutdown()
@@ -435,9 +448,9 @@ func TestDrainedOnlyWhenBothInhibitorsAreReleased(t *testing.T) {
 	if s := b.Status(); !strings.Contains(s, "connections=2 inhibitors=2") {
 		t.Errorf("status: %s", s)
 	}
-	drained := b.PrepareForShutdown()
+	drained := loginOf(b).PrepareForShutdown()
 	syscall.Close(int(fds[0]))
-	waitFor(t, released, "the first release")
+	waitInhibitors(t, b, 1)
 	select {
 	case <-drained:
 		t.Fatal("drained with one inhibitor still held")
@@ -453,14 +466,14 @@ func TestDrainedOnlyWhenBothInhibitorsAreReleased(t *testing.T) {
 // An inhibitor outlives the connection it was taken on, as a logind lock
 // does: it is the fd that holds it.
 func TestAnInhibitorOutlivesItsConnection(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	conn := connect(t, b)
 	fd, err := (kubelet{conn}).inhibitShutdown()
 	if err != nil {
 		t.Fatal(err)
 	}
 	conn.Close()
-	drained := b.PrepareForShutdown()
+	drained := loginOf(b).PrepareForShutdown()
 	select {
 	case <-drained:
 		t.Fatal("drained while the fd is open")
@@ -471,7 +484,7 @@ func TestAnInhibitorOutlivesItsConnection(t *testing.T) {
 }
 
 func TestCloseIsPromptAndLeavesNoGoroutine(t *testing.T) {
-	b, err := Listen(filepath.Join(t.TempDir(), "bus"), Options{})
+	b, err := Listen(filepath.Join(t.TempDir(), "bus"), Options{}, newLogind(testOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +501,7 @@ func TestCloseIsPromptAndLeavesNoGoroutine(t *testing.T) {
 	half.send("\x00AUTH\r\n")
 	half.line()
 	dialRaw(t, b) // connected, silent
-	drained := b.PrepareForShutdown()
+	drained := loginOf(b).PrepareForShutdown()
 
 	if g := busGoroutines(); len(g) < 7 {
 		t.Errorf("%d goroutines of the bus before Close; want at least 7 (accept, 3 readers, 2 writers, 1 inhibitor)", len(g))

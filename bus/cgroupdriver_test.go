@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/nodeinit/nodeinit/bus/service"
 )
 
 // The kubelet's systemd cgroup driver (runc's libcontainer, now
@@ -156,8 +158,8 @@ func serveFakeSystemd(t *testing.T, address string) *fakeSystemd {
 	t.Cleanup(func() { conn.Close() })
 	s := &fakeSystemd{conn: conn, started: map[string][]sdProperty{}, set: map[string][]sdProperty{}}
 	must(t, conn.Export(s, systemdPath, systemdIface))
-	must(t, conn.Export(fakeProperties{}, systemdPath, propertiesIface))
-	must(t, conn.Export(fakeProperties{unit: true}, kubepodsPath, propertiesIface))
+	must(t, conn.Export(fakeProperties{}, systemdPath, service.PropertiesIface))
+	must(t, conn.Export(fakeProperties{unit: true}, kubepodsPath, service.PropertiesIface))
 	if reply, err := conn.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
 		t.Fatalf("RequestName(%s): %v, %v", systemdName, reply, err)
 	}
@@ -236,7 +238,7 @@ func (g *goSystemd) startJob(method string, args ...any) string {
 func TestTheSystemdCgroupDriversCallsPassThrough(t *testing.T) {
 	address, _ := systemBus(t)
 	systemd := serveFakeSystemd(t, address)
-	b := listen(t, Options{Upstream: address})
+	b := listen(t, testOptions{Upstream: address})
 	g := dialGoSystemd(t, b.Address())
 	g.subscribe()
 
@@ -275,7 +277,7 @@ func TestTheSystemdCgroupDriversCallsPassThrough(t *testing.T) {
 
 	// The device rules in force: GetUnitTypeProperty of the slice.
 	var allow dbus.Variant
-	must(t, g.sysconn.Object(systemdName, kubepodsPath).Call(propertiesIface+".Get", 0, "org.freedesktop.systemd1.Slice", "DeviceAllow").Store(&allow))
+	must(t, g.sysconn.Object(systemdName, kubepodsPath).Call(service.PropertiesIface+".Get", 0, "org.freedesktop.systemd1.Slice", "DeviceAllow").Store(&allow))
 	var rules []sdDeviceAllow
 	if err := dbus.Store([]any{allow.Value()}, &rules); err != nil || allow.Signature().String() != "a(ss)" ||
 		!slices.Equal(rules, []sdDeviceAllow{{"/dev/null", "rwm"}, {"char-pts", "rwm"}}) {

@@ -413,15 +413,15 @@ func (c *conn) close() {
 }
 
 // wants reports whether the connection has said Hello and has a match rule
-// for the broadcast m from sender.
-func (c *conn) wants(m *dbus.Message, sender string) bool {
+// for the broadcast m from senders (matchRule.matches).
+func (c *conn) wants(m *dbus.Message, senders []string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.name == "" || c.closed {
 		return false
 	}
 	for _, r := range c.rules {
-		if r.matches(m, sender) {
+		if r.matches(m, senders) {
 			return true
 		}
 	}

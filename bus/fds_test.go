@@ -6,6 +6,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/bus/service"
 )
 
 // sendWithFDs writes a call with fds attached, as SCM_RIGHTS on its first
@@ -33,14 +35,14 @@ func (c *raw) sendWithFDs(serial uint32, fds []int, dest string, path dbus.Objec
 // A descriptor a client sends with a call the bus answers itself is closed
 // once the call is answered: the client's pipe sees its reader gone.
 func TestADescriptorSentWithACallIsClosedOnceAnswered(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	c := dialRaw(t, b)
 	c.auth()
 	c.hello()
 	var p [2]int
 	must(t, unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK))
 	defer unix.Close(p[1])
-	c.sendWithFDs(2, []int{p[0]}, logindName, logindPath, propertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
+	c.sendWithFDs(2, []int{p[0]}, logindName, logindPath, service.PropertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
 	unix.Close(p[0])
 	if m := c.message(); m.Type != dbus.TypeMethodReply {
 		t.Fatalf("Get with a descriptor: %v", m)
@@ -60,7 +62,7 @@ func TestADescriptorSentWithACallIsClosedOnceAnswered(t *testing.T) {
 // A client that sends more descriptors than any message claims, or a
 // message that claims more than came, is dropped.
 func TestDescriptorsBeyondTheBoundDropTheClient(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	t.Run("too many at once", func(t *testing.T) {
 		c := dialRaw(t, b)
 		c.auth()
@@ -69,14 +71,14 @@ func TestDescriptorsBeyondTheBoundDropTheClient(t *testing.T) {
 		for i := range fds {
 			fds[i] = 0 // stdin, as often as it takes
 		}
-		c.sendWithFDs(2, fds, logindName, logindPath, propertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
+		c.sendWithFDs(2, fds, logindName, logindPath, service.PropertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
 		c.closedByServer()
 	})
 	t.Run("a claim without descriptors", func(t *testing.T) {
 		c := dialRaw(t, b)
 		c.auth()
 		c.hello()
-		m := encodeCall(t, 2, logindName, logindPath, propertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
+		m := encodeCall(t, 2, logindName, logindPath, service.PropertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
 		msg, err := decodeMessage(m)
 		must(t, err)
 		msg.Headers[dbus.FieldUnixFDs] = dbus.MakeVariant(uint32(1))

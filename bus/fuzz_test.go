@@ -15,6 +15,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/bus/service"
 )
 
 // FuzzConnection feeds arbitrary bytes to one connection of a bus, through
@@ -42,7 +44,7 @@ func FuzzConnection(f *testing.F) {
 	f.Add(append([]byte(sdbus), bigEndian...))
 
 	f.Fuzz(func(t *testing.T, input []byte) {
-		b := newBus("fuzz", Options{InhibitDelayMax: time.Minute}, defaultTunables())
+		b := newTestBus("fuzz", testOptions{InhibitDelayMax: time.Minute}, defaultTunables())
 		// The real admission: the test process is the executor, and the
 		// peer of the pair is the test process.
 		if err := b.AdmitExecutor(os.Getpid()); err != nil {
@@ -72,7 +74,7 @@ func kubeletCalls(t testing.TB) string {
 	var s []byte
 	for _, m := range [][]byte{
 		encodeCall(t, 1, busName, busPath, busName, "Hello"),
-		encodeCall(t, 2, logindName, logindPath, propertiesIface, "Get", managerIface, "InhibitDelayMaxUSec"),
+		encodeCall(t, 2, logindName, logindPath, service.PropertiesIface, "Get", managerIface, "InhibitDelayMaxUSec"),
 		encodeCall(t, 3, "org.freedesktop.systemd1", "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", "KillUnit", "systemd-logind.service", "all", int32(1)),
 		encodeCall(t, 4, logindName, logindPath, managerIface, "Inhibit", "shutdown", "kubelet", "Kubelet needs time to handle node shutdown", "delay"),
 		encodeCall(t, 5, busName, busPath, busName, "AddMatch", "type='signal',interface='org.freedesktop.login1.Manager',member='PrepareForShutdown',path='/org/freedesktop/login1'"),

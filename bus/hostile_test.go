@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/internal/clientlog"
+
+	"github.com/nodeinit/nodeinit/bus/service"
 )
 
 // The kubelet connects once when it starts and never retries: whatever
@@ -29,7 +31,7 @@ import (
 func TestAConnectFloodFromOutsideTheTreeDoesNotCostTheKubeletItsLock(t *testing.T) {
 	logs := captureLog(t)
 	// Not listen: the test process is not the executor here.
-	b, err := listenWith(filepath.Join(t.TempDir(), "bus"), Options{}, defaultTunables())
+	b, err := listenTest(filepath.Join(t.TempDir(), "bus"), testOptions{}, defaultTunables())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestAConnectFloodFromOutsideTheTreeDoesNotCostTheKubeletItsLock(t *testing.
 // Writing into a lock's pipe is not a way to make nodeinit spin: the bus
 // waits for the pipe's hang-up, and never reads what is written.
 func TestWritingIntoALockCostsTheBusNoCPU(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	fd, err := (kubelet{connect(t, b)}).inhibitShutdown()
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +124,7 @@ func TestWritingIntoALockCostsTheBusNoCPU(t *testing.T) {
 	if used > 300*time.Millisecond {
 		t.Errorf("the bus used %v of CPU in %v while a client wrote into its lock", used, window)
 	}
-	waitFor(t, b.PrepareForShutdown(), "the lock released when its writer died")
+	waitFor(t, loginOf(b).PrepareForShutdown(), "the lock released when its writer died")
 }
 
 // cpuTime is the CPU time, user and system, the test process has used.
@@ -138,14 +140,14 @@ func cpuTime(t *testing.T) time.Duration {
 // event loop does, is answered in full: the bus stops reading while the
 // replies wait, and drops only a client that stops reading for good.
 func TestPipelinedCallsAreAllAnswered(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	c := dialRaw(t, b)
 	c.auth()
 	c.hello()
 	const calls = 300
 	var all []byte
 	for i := range calls {
-		all = append(all, encodeCall(t, uint32(i+2), logindName, logindPath, propertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")...)
+		all = append(all, encodeCall(t, uint32(i+2), logindName, logindPath, service.PropertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")...)
 	}
 	wrote := make(chan error, 1)
 	go func() {
@@ -182,7 +184,7 @@ func TestPipelinedCallsAreAllAnswered(t *testing.T) {
 // that makes errors in a loop costs the log a line, not one per call.
 func TestWhatAClientCanMakeNodeinitLogIsBounded(t *testing.T) {
 	logs := captureLog(t)
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	c := dialRaw(t, b)
 	c.auth()
 	c.hello()
@@ -213,7 +215,7 @@ func TestWhatAClientCanMakeNodeinitLogIsBounded(t *testing.T) {
 // releases that lock, never nodeinit. The clock is the seam: it panics
 // when the chosen function asks it the time.
 func TestAPanicEndsOneConnectionNotNodeinit(t *testing.T) {
-	for _, where := range []string{"(*Bus).admit", "(*conn).setReadDeadline", "(*conn).writeLoop", "(*Bus).release"} {
+	for _, where := range []string{"(*Bus).admit", "(*conn).setReadDeadline", "(*conn).writeLoop", "(*Logind).release"} {
 		t.Run(where, func(t *testing.T) {
 			logs := captureLog(t)
 			var armed atomic.Bool
@@ -223,13 +225,13 @@ func TestAPanicEndsOneConnectionNotNodeinit(t *testing.T) {
 				}
 				return time.Now()
 			}
-			b := listen(t, Options{}, func(tun *tunables) { tun.now = clock })
-			if where == "(*Bus).release" {
+			b := listen(t, testOptions{}, func(tun *tunables) { tun.now = clock })
+			if where == "(*Logind).release" {
 				fd, err := (kubelet{connect(t, b)}).inhibitShutdown()
 				if err != nil {
 					t.Fatal(err)
 				}
-				drained := b.PrepareForShutdown()
+				drained := loginOf(b).PrepareForShutdown()
 				armed.Store(true)
 				syscall.Close(int(fd))
 				waitFor(t, drained, "the lock released although its watcher panicked")
@@ -282,7 +284,7 @@ func TestAPanicInAPassThroughEndsThatConnectionNotNodeinit(t *testing.T) {
 		t.Run(where, func(t *testing.T) {
 			logs := captureLog(t)
 			var armed atomic.Bool
-			b := listen(t, Options{Upstream: address}, func(tun *tunables) {
+			b := listen(t, testOptions{Upstream: address}, func(tun *tunables) {
 				tun.upstreamHook = func(during string) {
 					if armed.Load() && during == where {
 						panic("injected while " + where)

@@ -71,7 +71,7 @@ func (k kubelet) monitorShutdown() (<-chan *dbus.Signal, error) {
 // it: read the delay, take the lock, watch for PrepareForShutdown, drain,
 // release.
 func TestKubeletTakesADelayLockAndReleasesItAfterPrepareForShutdown(t *testing.T) {
-	b := listen(t, Options{InhibitDelayMax: 90 * time.Second})
+	b := listen(t, testOptions{InhibitDelayMax: 90 * time.Second})
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", b.Address())
 	conn, err := dbus.SystemBus()
 	if err != nil {
@@ -96,7 +96,7 @@ func TestKubeletTakesADelayLockAndReleasesItAfterPrepareForShutdown(t *testing.T
 		t.Errorf("status before shutdown: %s", s)
 	}
 
-	drained := b.PrepareForShutdown()
+	drained := loginOf(b).PrepareForShutdown()
 	select {
 	case sig := <-events:
 		if sig.Name != "org.freedesktop.login1.Manager.PrepareForShutdown" || sig.Path != logindPath || sig.Sender != logindOwner ||
@@ -124,7 +124,7 @@ func TestKubeletTakesADelayLockAndReleasesItAfterPrepareForShutdown(t *testing.T
 		t.Fatal(err)
 	}
 	waitFor(t, drained, "drained after the lock's release")
-	if again := b.PrepareForShutdown(); again != drained {
+	if again := loginOf(b).PrepareForShutdown(); again != drained {
 		t.Error("a second PrepareForShutdown returned another channel")
 	}
 	// godbus hands out its shared connection while it has not seen it
@@ -151,8 +151,7 @@ type inhibitorEntry struct {
 // as logind lists them: what, who, why, mode, uid, pid; a released lock is
 // gone from it.
 func TestListInhibitorsListsTheLocksHeld(t *testing.T) {
-	released := make(chan struct{}, 1)
-	b := listen(t, Options{}, func(tun *tunables) { tun.afterRelease = func() { released <- struct{}{} } })
+	b := listen(t, testOptions{})
 	conn := connect(t, b)
 	fd, err := (kubelet{conn}).inhibitShutdown()
 	if err != nil {
@@ -180,7 +179,7 @@ func TestListInhibitorsListsTheLocksHeld(t *testing.T) {
 		}
 	}
 	syscall.Close(int(fd))
-	waitFor(t, released, "the release")
+	waitInhibitors(t, b, 0)
 	if got := list(); len(got) != 0 {
 		t.Errorf("ListInhibitors after the release = %+v, want none", got)
 	}

@@ -3,6 +3,7 @@ package bus
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,8 +13,8 @@ import (
 )
 
 // A match rule (AddMatch, RemoveMatch): the keys and values of the rule
-// string, unquoted. The bus broadcasts one signal, PrepareForShutdown, and
-// a connection gets it when one of its rules matches.
+// string, unquoted. A connection gets a signal a service emits when one of
+// its rules matches.
 type matchRule map[string]string
 
 // maxRules bounds the rules of one connection; the kubelet adds one.
@@ -138,16 +139,17 @@ func argIndex(key string) (int, error) {
 // the first rule equal to the one it is given.
 func (r matchRule) equal(o matchRule) bool { return maps.Equal(r, o) }
 
-// matches reports whether a broadcast message m, sent by sender, matches
-// the rule.
-func (r matchRule) matches(m *dbus.Message, sender string) bool {
+// matches reports whether a broadcast message m matches the rule; senders
+// are the names of its sender (its unique name and the well-known names
+// it owns), any of which a rule's sender may name.
+func (r matchRule) matches(m *dbus.Message, senders []string) bool {
 	for key, want := range r {
 		var ok bool
 		switch key {
 		case "type":
 			ok = want == typeName(m.Type)
 		case "sender":
-			ok = want == sender || wellKnownOwner(want) == sender
+			ok = slices.Contains(senders, want)
 		case "interface":
 			ok = want == header(m, dbus.FieldInterface)
 		case "member":

@@ -115,7 +115,7 @@ func TestMatchRuleMatchesPrepareForShutdown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", tc.rule, err)
 		}
-		if got := r.matches(sig, logindName); got != tc.want {
+		if got := r.matches(sig, []string{logindOwner, logindName}); got != tc.want {
 			t.Errorf("%q matches PrepareForShutdown: %v, want %v", tc.rule, got, tc.want)
 		}
 	}
@@ -141,7 +141,7 @@ func TestMatchRuleArguments(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", tc.rule, err)
 		}
-		if got := r.matches(sig, busName); got != tc.want {
+		if got := r.matches(sig, []string{busName}); got != tc.want {
 			t.Errorf("%q: %v, want %v", tc.rule, got, tc.want)
 		}
 	}

@@ -16,12 +16,14 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/nodeinit/nodeinit/test/testenv"
+
+	"github.com/nodeinit/nodeinit/bus/service"
 )
 
 func TestTheBusAnswersWhatClientsAskFirst(t *testing.T) {
 	root := t.TempDir()
 	writeConf(t, root, map[string]string{"etc/machine-id": "0123456789abcdef0123456789abcdef\n"})
-	b := listen(t, Options{InhibitDelayMax: 90 * time.Second, ConfigRoot: root})
+	b := listen(t, testOptions{InhibitDelayMax: 90 * time.Second, ConfigRoot: root})
 	conn := connect(t, b)
 	me := conn.Names()[0]
 	bus := conn.BusObject()
@@ -62,7 +64,7 @@ func TestTheBusAnswersWhatClientsAskFirst(t *testing.T) {
 		t.Errorf("GetId = %q: %v", s, err)
 	}
 	for name, want := range map[string]string{"org.example.Mine": errAccessDenied, logindName: errAccessDenied,
-		":1.5": errInvalidArgs, busName: errInvalidArgs, "nodots": errInvalidArgs} {
+		":1.5": service.InvalidArgs, busName: service.InvalidArgs, "nodots": service.InvalidArgs} {
 		if err := bus.Call(busName+".RequestName", 0, name, uint32(0)).Err; dbusErrorName(err) != want {
 			t.Errorf("RequestName(%s): %v, want %s", name, err, want)
 		}
@@ -76,10 +78,10 @@ func TestTheBusAnswersWhatClientsAskFirst(t *testing.T) {
 
 	login1 := conn.Object(logindName, logindPath)
 	for _, obj := range []dbus.BusObject{login1, bus, conn.Object(logindOwner, logindPath)} {
-		if err := obj.Call(peerIface+".Ping", 0).Err; err != nil {
+		if err := obj.Call(service.PeerIface+".Ping", 0).Err; err != nil {
 			t.Errorf("Ping %s: %v", obj.Destination(), err)
 		}
-		if err := obj.Call(peerIface+".GetMachineId", 0).Store(&s); err != nil || s != "0123456789abcdef0123456789abcdef" {
+		if err := obj.Call(service.PeerIface+".GetMachineId", 0).Store(&s); err != nil || s != "0123456789abcdef0123456789abcdef" {
 			t.Errorf("GetMachineId %s = %q, %v", obj.Destination(), s, err)
 		}
 	}
@@ -93,15 +95,15 @@ func TestTheBusAnswersWhatClientsAskFirst(t *testing.T) {
 		{login1, `<property name="InhibitDelayMaxUSec" type="t" access="read"/>`},
 		{conn.Object(busName, busPath), `<method name="GetNameOwner">`},
 	} {
-		if err := tc.obj.Call(introspectableIface+".Introspect", 0).Store(&s); err != nil || !strings.Contains(s, tc.want) {
+		if err := tc.obj.Call(service.IntrospectableIface+".Introspect", 0).Store(&s); err != nil || !strings.Contains(s, tc.want) {
 			t.Errorf("Introspect %s: %v, %s; want %s", tc.obj.Path(), err, s, tc.want)
 		}
 	}
-	if err := conn.Object(logindName, "/org/freedesktop/login1/seat").Call(introspectableIface+".Introspect", 0).Err; dbusErrorName(err) != errUnknownObject {
+	if err := conn.Object(logindName, "/org/freedesktop/login1/seat").Call(service.IntrospectableIface+".Introspect", 0).Err; dbusErrorName(err) != service.UnknownObject {
 		t.Errorf("Introspect of an object logind does not have: %v", err)
 	}
 	var all map[string]dbus.Variant
-	if err := login1.Call(propertiesIface+".GetAll", 0, managerIface).Store(&all); err != nil ||
+	if err := login1.Call(service.PropertiesIface+".GetAll", 0, managerIface).Store(&all); err != nil ||
 		len(all) != 1 || all["InhibitDelayMaxUSec"].Value() != uint64(90e6) {
 		t.Errorf("GetAll = %v, %v", all, err)
 	}
@@ -118,14 +120,14 @@ func TestTheBusAnswersWhatClientsAskFirst(t *testing.T) {
 // A rule for signals from org.freedesktop.login1 matches PrepareForShutdown,
 // which carries logind's unique name as its sender, as on a real bus.
 func TestASenderRuleForLogindsNameMatchesItsUniqueName(t *testing.T) {
-	b := listen(t, Options{})
+	b := listen(t, testOptions{})
 	conn := connect(t, b)
 	if err := conn.AddMatchSignal(dbus.WithMatchSender(logindName), dbus.WithMatchMember("PrepareForShutdown")); err != nil {
 		t.Fatal(err)
 	}
 	ch := make(chan *dbus.Signal, 1)
 	conn.Signal(ch)
-	b.PrepareForShutdown()
+	loginOf(b).PrepareForShutdown()
 	select {
 	case sig := <-ch:
 		if sig.Sender != logindOwner {
@@ -175,8 +177,8 @@ func TestPythonDBusGetsAProxyAndPrepareForShutdown(t *testing.T) {
 	python := "/usr/bin/python3"
 	testenv.Require(t, exec.Command(python, "-c", "import dbus, dbus.mainloop.glib, gi").Run() == nil,
 		"needs Debian's python3 with python3-dbus and python3-gi")
-	b := listen(t, Options{InhibitDelayMax: 90 * time.Second})
-	out := runClient(t, clientEnv(b), "ready", b.PrepareForShutdown, python, "-c", pythonDBus)
+	b := listen(t, testOptions{InhibitDelayMax: 90 * time.Second})
+	out := runClient(t, clientEnv(b), "ready", loginOf(b).PrepareForShutdown, python, "-c", pythonDBus)
 	want := "bound " + logindOwner + "\ndelay 90000000\nall [('InhibitDelayMaxUSec', 90000000)]\nlock True\nready\nsignal True " + logindOwner + "\n"
 	if out != want {
 		t.Errorf("python-dbus printed\n%s\nwant\n%s", out, want)
@@ -185,7 +187,7 @@ func TestPythonDBusGetsAProxyAndPrepareForShutdown(t *testing.T) {
 
 func TestGDBusCallsIntrospectsAndMonitors(t *testing.T) {
 	gdbus := testenv.RequireTool(t, "gdbus")
-	b := listen(t, Options{InhibitDelayMax: 90 * time.Second})
+	b := listen(t, testOptions{InhibitDelayMax: 90 * time.Second})
 	env := clientEnv(b)
 	run := func(args ...string) string {
 		t.Helper()
@@ -200,10 +202,10 @@ func TestGDBusCallsIntrospectsAndMonitors(t *testing.T) {
 		return string(out)
 	}
 	login1 := []string{"--system", "--dest", logindName, "--object-path", string(logindPath)}
-	if out := run(append(append([]string{"call"}, login1...), "--method", propertiesIface+".Get", managerIface, "InhibitDelayMaxUSec")...); out != "(<uint64 90000000>,)\n" {
+	if out := run(append(append([]string{"call"}, login1...), "--method", service.PropertiesIface+".Get", managerIface, "InhibitDelayMaxUSec")...); out != "(<uint64 90000000>,)\n" {
 		t.Errorf("gdbus call Get: %q", out)
 	}
-	if out := run(append(append([]string{"call"}, login1...), "--method", propertiesIface+".GetAll", managerIface)...); out != "({'InhibitDelayMaxUSec': <uint64 90000000>},)\n" {
+	if out := run(append(append([]string{"call"}, login1...), "--method", service.PropertiesIface+".GetAll", managerIface)...); out != "({'InhibitDelayMaxUSec': <uint64 90000000>},)\n" {
 		t.Errorf("gdbus call GetAll: %q", out)
 	}
 	if out := run(append([]string{"introspect"}, login1...)...); !strings.Contains(out, "PrepareForShutdown(b start);") ||
@@ -217,7 +219,7 @@ func TestGDBusCallsIntrospectsAndMonitors(t *testing.T) {
 	// signals: PrepareForShutdown goes out once the rule is there.
 	out := runClient(t, env, "is owned by "+logindOwner, func() <-chan struct{} {
 		waitForRule(t, b, "sender", logindOwner)
-		return b.PrepareForShutdown()
+		return loginOf(b).PrepareForShutdown()
 	}, gdbus, "monitor", "--system", "--dest", logindName)
 	if !strings.Contains(out, "/org/freedesktop/login1: org.freedesktop.login1.Manager.PrepareForShutdown (true,)") {
 		t.Errorf("gdbus monitor printed:\n%s", out)
@@ -316,7 +318,7 @@ func TestUniqueNamesOfTheSystemBusAreNotThisBussOwn(t *testing.T) {
 	testenv.Require(t, exec.Command(python, "-c", "import dbus").Run() == nil, "needs Debian's python3 with python3-dbus")
 	address, _ := systemBus(t)
 	service := serveEcho(t, address)
-	b := listen(t, Options{Upstream: address})
+	b := listen(t, testOptions{Upstream: address})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-c", pythonDBusUpstream)
@@ -340,7 +342,7 @@ func TestGDBusMonitorsAServiceOfTheSystemBus(t *testing.T) {
 	gdbus := testenv.RequireTool(t, "gdbus")
 	address, _ := systemBus(t)
 	service := serveEcho(t, address)
-	b := listen(t, Options{Upstream: address})
+	b := listen(t, testOptions{Upstream: address})
 	out := runClient(t, clientEnv(b), "is owned by "+service.Names()[0], func() <-chan struct{} {
 		waitForRule(t, b, "sender", service.Names()[0])
 		// The rule holds up there once the system bus has answered

@@ -20,12 +20,14 @@ import (
 	"github.com/godbus/dbus/v5"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/bus/service"
+
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // The pass-through: the executor's whole system bus is nodeinit's, so
-// everything not for logind and not answered by the bus itself goes on to
+// everything not for a service and not answered by the bus itself goes on to
 // the system bus the container has, if it has one (a kubelet with
 // cgroupDriver: systemd talks to systemd there). Each client connection
 // gets one connection to that bus, opened when the client first needs it,
@@ -246,7 +248,7 @@ func (c *conn) forwardOrFail(in *call) {
 	if c.forward(in, plainReply) {
 		return
 	}
-	c.fail(in, busName, &callError{errServiceUnknown, fmt.Sprintf("The name %s was not provided by any .service files", in.dest)})
+	in.Fail(busName, &service.Error{Name: errServiceUnknown, Text: fmt.Sprintf("The name %s was not provided by any .service files", in.Dest)})
 }
 
 // matchGoesUp reports whether the client's AddMatch or RemoveMatch goes
@@ -257,10 +259,10 @@ func (c *conn) forwardOrFail(in *call) {
 // be lost. A rule that can match only what this bus sends stays here, and
 // a RemoveMatch opens no connection.
 func (c *conn) matchGoesUp(in *call, rule matchRule) bool {
-	if !c.passesThrough() || !upstreamMayMatch(rule) {
+	if !c.passesThrough() || !c.bus.upstreamMayMatch(rule) {
 		return false
 	}
-	if in.member == "RemoveMatch" {
+	if in.Member == "RemoveMatch" {
 		c.px.mu.Lock()
 		defer c.px.mu.Unlock()
 		return c.px.up != nil
@@ -269,24 +271,24 @@ func (c *conn) matchGoesUp(in *call, rule matchRule) bool {
 }
 
 // upstreamMayMatch reports whether a rule can match anything the system
-// bus passes down: not one for logind's signals (the system bus's logind
-// is not the kubelet's, and its signals are dropped), for a sender with
-// this bus's unique-name prefix, or for the bus's NameOwnerChanged about
-// logind's name. So the kubelet's rule for PrepareForShutdown opens no
-// connection to the system bus.
-func upstreamMayMatch(r matchRule) bool {
-	if s, ok := r["sender"]; ok && (s == logindName || strings.HasPrefix(s, localPrefix)) {
+// bus passes down: not one for a service's signals (a logind of the
+// system bus is not the kubelet's, and its signals are dropped), for a
+// sender with this bus's unique-name prefix, or for the bus's
+// NameOwnerChanged about a service's name. So the kubelet's rule for
+// PrepareForShutdown opens no connection to the system bus.
+func (b *Bus) upstreamMayMatch(r matchRule) bool {
+	if s, ok := r["sender"]; ok && b.localName(s) {
 		return false
 	}
-	if i, ok := r["interface"]; ok && (i == managerIface || strings.HasPrefix(i, logindName+".")) {
+	if i, ok := r["interface"]; ok && b.localSignal(i, "") {
 		return false
 	}
 	for _, k := range []string{"path", "path_namespace"} {
-		if p, ok := r[k]; ok && inPathNamespace(p, string(logindPath)) {
+		if p, ok := r[k]; ok && b.localSignal("", p) {
 			return false
 		}
 	}
-	if a, ok := r["arg0"]; ok && r["sender"] == busName && (a == logindName || strings.HasPrefix(a, localPrefix)) {
+	if a, ok := r["arg0"]; ok && r["sender"] == busName && b.localName(a) {
 		return false
 	}
 	return true
@@ -407,10 +409,10 @@ func (u *upstream) start() {
 func (u *upstream) send(in *call, data []byte, fds []int, kind pendingKind) {
 	if !u.unixFD && len(fds) > 0 {
 		closeFDs(fds)
-		u.c.fail(in, busName, &callError{errNotSupported, "The system bus this bus passes through to did not agree to unix fd passing"})
+		in.Fail(busName, &service.Error{Name: service.NotSupported, Text: "The system bus this bus passes through to did not agree to unix fd passing"})
 		return
 	}
-	serial := in.msg.Serial()
+	serial := in.Msg.Serial()
 	wantsReply := dbus.Type(data[1]) == dbus.TypeMethodCall && dbus.Flags(data[2])&dbus.FlagNoReplyExpected == 0
 	u.mu.Lock()
 	if u.closed {
@@ -421,7 +423,7 @@ func (u *upstream) send(in *call, data []byte, fds []int, kind pendingKind) {
 	if wantsReply && len(u.pending) >= maxPending {
 		u.mu.Unlock()
 		closeFDs(fds)
-		u.c.fail(in, busName, &callError{errLimitsExceeded, fmt.Sprintf("%d calls already wait for the system bus's replies", maxPending)})
+		in.Fail(busName, &service.Error{Name: service.LimitsExceeded, Text: fmt.Sprintf("%d calls already wait for the system bus's replies", maxPending)})
 		return
 	}
 	if !u.queue.fits(1, len(data), maxQueued, maxQueuedBytes) {
@@ -544,7 +546,7 @@ func (u *upstream) deliver(f *frame, fds []int) {
 			return
 		}
 		if kind == listNamesReply && f.typ == dbus.TypeMethodReply {
-			data, err = withLocalNames(f, name)
+			data, err = c.bus.withLocalNames(f, name)
 		}
 	case f.typ == dbus.TypeSignal && sender == busName:
 		m, err := f.decode()
@@ -557,14 +559,15 @@ func (u *upstream) deliver(f *frame, fds []int) {
 		if len(m.Body) > 0 {
 			arg0, _ = m.Body[0].(string)
 		}
-		if (member == "NameAcquired" || member == "NameLost") && arg0 == u.name || member == "NameOwnerChanged" && arg0 == logindName {
+		if (member == "NameAcquired" || member == "NameLost") && arg0 == u.name || member == "NameOwnerChanged" && c.bus.localName(arg0) {
 			// About the upstream connection's own unique name, not the
-			// client's; or about a logind there, which is not this bus's.
+			// client's; or about a service there (a logind), which is not
+			// this bus's.
 			closeFDs(fds)
 			return
 		}
-	case f.typ == dbus.TypeSignal && (iface == managerIface || strings.HasPrefix(iface, logindName+".") || inPathNamespace(path, string(logindPath))):
-		// org.freedesktop.login1 on this bus is nodeinit's: a logind of the
+	case f.typ == dbus.TypeSignal && c.bus.localSignal(iface, path):
+		// A service's names on this bus are nodeinit's: a logind of the
 		// host must not tell the kubelet to shut down.
 		closeFDs(fds)
 		return
@@ -606,7 +609,7 @@ func (u *upstream) refuseReply(f *frame, name string) {
 	if !ok {
 		return
 	}
-	e := newError(&dbus.Message{}, busName, name, errLimitsExceeded,
+	e := newError(&dbus.Message{}, busName, name, service.LimitsExceeded,
 		fmt.Sprintf("The reply from %s is %d bytes, more than the %d this bus passes on", clientlog.Clip(f.header(dbus.FieldSender)), f.size, maxUpstreamMessage))
 	e.Headers[dbus.FieldReplySerial] = dbus.MakeVariant(serial)
 	data, _, err := encodeMessage(e, u.c.bus.nextSerial())
@@ -629,16 +632,16 @@ func (u *upstream) wanted(f *frame, name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.rules {
-		if r.matches(m, f.header(dbus.FieldSender)) {
+		if r.matches(m, []string{f.header(dbus.FieldSender)}) {
 			return true
 		}
 	}
 	return false
 }
 
-// withLocalNames is the upstream bus's ListNames reply with this bus's
-// names that it does not have, to the client's name.
-func withLocalNames(f *frame, dest string) ([]byte, error) {
+// withLocalNames is the upstream bus's ListNames reply with the services'
+// names (Own and unique) that it does not have, to the client's name.
+func (b *Bus) withLocalNames(f *frame, dest string) ([]byte, error) {
 	m, err := f.decode()
 	if err != nil {
 		return nil, err
@@ -647,9 +650,11 @@ func withLocalNames(f *frame, dest string) ([]byte, error) {
 		return nil, fmt.Errorf("a ListNames reply of %d values", len(m.Body))
 	}
 	names, _ := m.Body[0].([]string)
-	for _, n := range []string{logindName, logindOwner} {
-		if !slices.Contains(names, n) {
-			names = append(names, n)
+	for _, l := range b.services {
+		for _, n := range append(l.names.Own, l.owner) {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
 		}
 	}
 	m.Body[0] = names

@@ -23,6 +23,9 @@ import (
 
 	"github.com/nodeinit/nodeinit/internal/linux"
 	"github.com/nodeinit/nodeinit/test/testenv"
+
+	"github.com/nodeinit/nodeinit/bus/service"
+	"github.com/nodeinit/nodeinit/logind"
 )
 
 // systemBusConfig is a system bus of the test's own: dbus-daemon's
@@ -161,20 +164,20 @@ func serveEcho(t *testing.T, address string) *dbus.Conn {
 // logind answers on the same connection.
 func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 	address, stopSystemBus := systemBus(t)
-	service := serveEcho(t, address)
+	echo := serveEcho(t, address)
 	direct, err := dbus.Connect(address)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer direct.Close()
 
-	b := listen(t, Options{InhibitDelayMax: 90 * time.Second, Upstream: address})
+	b := listen(t, testOptions{InhibitDelayMax: 90 * time.Second, Upstream: address})
 	conn := connect(t, b)
 	var names []string
 	if err := conn.BusObject().Call(busName+".ListNames", 0).Store(&names); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"org.example.Echo", service.Names()[0], logindName, logindOwner} {
+	for _, want := range []string{"org.example.Echo", echo.Names()[0], logindName, logindOwner} {
 		if !slices.Contains(names, want) {
 			t.Errorf("ListNames %q lacks %s", names, want)
 		}
@@ -186,8 +189,8 @@ func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 		t.Errorf("GetId = %s, the system bus's is %s", id, directID)
 	}
 	must(t, conn.BusObject().Call(busName+".GetNameOwner", 0, "org.example.Echo").Store(&owner))
-	if owner != service.Names()[0] {
-		t.Errorf("GetNameOwner(org.example.Echo) = %s, want %s", owner, service.Names()[0])
+	if owner != echo.Names()[0] {
+		t.Errorf("GetNameOwner(org.example.Echo) = %s, want %s", owner, echo.Names()[0])
 	}
 	must(t, conn.BusObject().Call(busName+".GetNameOwner", 0, logindName).Store(&owner))
 	if owner != logindOwner {
@@ -195,12 +198,12 @@ func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 	}
 
 	var uid uint32
-	if err := conn.BusObject().Call(busName+".GetConnectionUnixUser", 0, service.Names()[0]).Store(&uid); err != nil || int(uid) != os.Getuid() {
+	if err := conn.BusObject().Call(busName+".GetConnectionUnixUser", 0, echo.Names()[0]).Store(&uid); err != nil || int(uid) != os.Getuid() {
 		t.Errorf("GetConnectionUnixUser of the service = %d, %v", uid, err)
 	}
 	// What would change the system bus is not passed on as nodeinit's.
-	if err := conn.BusObject().Call(busName+".UpdateActivationEnvironment", 0, map[string]string{"X": "1"}).Err; dbusErrorName(err) != errUnknownMethod {
-		t.Errorf("UpdateActivationEnvironment: %v, want %s", err, errUnknownMethod)
+	if err := conn.BusObject().Call(busName+".UpdateActivationEnvironment", 0, map[string]string{"X": "1"}).Err; dbusErrorName(err) != service.UnknownMethod {
+		t.Errorf("UpdateActivationEnvironment: %v, want %s", err, service.UnknownMethod)
 	}
 
 	obj := conn.Object("org.example.Echo", "/org/example/Echo")
@@ -231,7 +234,7 @@ func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 	must(t, obj.Call("org.example.Echo.Ping", 0).Err)
 	select {
 	case sig := <-signals:
-		if sig.Name != "org.example.Echo.Pinged" || sig.Sender != service.Names()[0] || len(sig.Body) != 1 || sig.Body[0] != "pong" {
+		if sig.Name != "org.example.Echo.Pinged" || sig.Sender != echo.Names()[0] || len(sig.Body) != 1 || sig.Body[0] != "pong" {
 			t.Errorf("signal %+v", sig)
 		}
 	case <-time.After(10 * time.Second):
@@ -251,7 +254,7 @@ func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 	// The system bus goes away: the pass-through ends, and the client's
 	// connection is closed, so that its library connects again; logind
 	// answers the next connection, and the lock taken holds.
-	drained := b.PrepareForShutdown()
+	drained := loginOf(b).PrepareForShutdown()
 	stopSystemBus()
 	waitFor(t, conn.Context().Done(), "the client's connection closed once its pass-through ended")
 	again := kubelet{connect(t, b)}
@@ -270,12 +273,12 @@ func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 // Without a system bus the calls for it get what a bus without those
 // names answers.
 func TestWithoutASystemBusCallsForItFail(t *testing.T) {
-	b := listen(t, Options{Upstream: "unix:path=" + filepath.Join(t.TempDir(), "none")})
+	b := listen(t, testOptions{Upstream: "unix:path=" + filepath.Join(t.TempDir(), "none")})
 	conn := connect(t, b)
 	if err := conn.Object("org.example.Echo", "/").Call("org.example.Echo.Echo", 0, "hi").Err; dbusErrorName(err) != errServiceUnknown {
 		t.Errorf("Echo: %v", err)
 	}
-	if d, err := (kubelet{conn}).currentInhibitDelay(); err != nil || d != DefaultInhibitDelayMax {
+	if d, err := (kubelet{conn}).currentInhibitDelay(); err != nil || d != logind.DefaultInhibitDelayMax {
 		t.Errorf("InhibitDelayMaxUSec = %v, %v", d, err)
 	}
 }
@@ -320,7 +323,7 @@ func TestUpstreamAddressIsTheEnvironmentsOrTheSocket(t *testing.T) {
 func TestAPassedThroughCallCostsOneMoreHop(t *testing.T) {
 	address, _ := systemBus(t)
 	serveEcho(t, address)
-	b := listen(t, Options{Upstream: address})
+	b := listen(t, testOptions{Upstream: address})
 	through := connect(t, b)
 	direct, err := dbus.Connect(address)
 	must(t, err)
@@ -380,7 +383,7 @@ func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
 	logs := captureLog(t)
 	address, _ := systemBus(t)
 	serveEcho(t, address)
-	b := listen(t, Options{Upstream: address})
+	b := listen(t, testOptions{Upstream: address})
 	client := connect(t, b)
 	signals := make(chan *dbus.Signal, 16)
 	client.Signal(signals)
@@ -459,7 +462,7 @@ func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
 // that connection.
 func TestTheKubeletsShutdownConnectionOpensNoPassThrough(t *testing.T) {
 	address, _ := systemBus(t)
-	b := listen(t, Options{Upstream: address})
+	b := listen(t, testOptions{Upstream: address})
 	k := kubelet{connect(t, b)}
 	if _, err := k.currentInhibitDelay(); err != nil {
 		t.Fatal(err)
@@ -493,8 +496,8 @@ func TestTheKubeletsShutdownConnectionOpensNoPassThrough(t *testing.T) {
 		"type='signal',path_namespace='/org'":                                                                                 true,
 	} {
 		r, err := parseMatchRule(rule)
-		if err != nil || upstreamMayMatch(r) != want {
-			t.Errorf("%s: goes up %v, %v; want %v", rule, upstreamMayMatch(r), err, want)
+		if err != nil || b.upstreamMayMatch(r) != want {
+			t.Errorf("%s: goes up %v, %v; want %v", rule, b.upstreamMayMatch(r), err, want)
 		}
 	}
 }
@@ -505,14 +508,14 @@ func TestTheKubeletsShutdownConnectionOpensNoPassThrough(t *testing.T) {
 // one connection and starts the job on another.
 func TestARuleHoldsUpstreamWhenAddMatchIsAnswered(t *testing.T) {
 	address, _ := systemBus(t)
-	service := serveEcho(t, address)
-	b := listen(t, Options{Upstream: address})
+	echo := serveEcho(t, address)
+	b := listen(t, testOptions{Upstream: address})
 	for i := range 10 {
 		conn := connect(t, b)
 		signals := make(chan *dbus.Signal, 4)
 		conn.Signal(signals)
 		must(t, conn.AddMatchSignal(dbus.WithMatchInterface("org.example.Echo"), dbus.WithMatchMember("Pinged")))
-		must(t, service.Emit("/org/example/Echo", "org.example.Echo.Pinged", "now"))
+		must(t, echo.Emit("/org/example/Echo", "org.example.Echo.Pinged", "now"))
 		deadline := time.After(2 * time.Second)
 	wait:
 		for {
@@ -534,7 +537,7 @@ func TestARuleHoldsUpstreamWhenAddMatchIsAnswered(t *testing.T) {
 func TestAReplyTooLargeToPassOnIsAnError(t *testing.T) {
 	address, _ := systemBus(t)
 	serveEcho(t, address)
-	b := listen(t, Options{Upstream: address})
+	b := listen(t, testOptions{Upstream: address})
 	conn := connect(t, b)
 	echo := conn.Object("org.example.Echo", "/org/example/Echo")
 	call := func(method string, args ...any) *dbus.Call {
@@ -546,8 +549,8 @@ func TestAReplyTooLargeToPassOnIsAnError(t *testing.T) {
 	if err := call("Big", uint32(maxUpstreamMessage-1024)).Store(&s); err != nil || len(s) != maxUpstreamMessage-1024 {
 		t.Errorf("a reply within the limit: %d bytes, %v", len(s), err)
 	}
-	if err := call("Big", uint32(300<<10)).Err; dbusErrorName(err) != errLimitsExceeded {
-		t.Errorf("a reply of 300 KiB: %v, want %s", err, errLimitsExceeded)
+	if err := call("Big", uint32(300<<10)).Err; dbusErrorName(err) != service.LimitsExceeded {
+		t.Errorf("a reply of 300 KiB: %v, want %s", err, service.LimitsExceeded)
 	}
 	if err := call("Echo", "after").Store(&s); err != nil || s != "echo after" {
 		t.Errorf("Echo after: %.40q, %v", s, err)
@@ -560,7 +563,7 @@ func TestSdBusCallsThroughThePassThrough(t *testing.T) {
 	busctl := testenv.RequireTool(t, "busctl")
 	address, _ := systemBus(t)
 	serveEcho(t, address)
-	b := listen(t, Options{Upstream: address})
+	b := listen(t, testOptions{Upstream: address})
 	run := func(args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -654,7 +657,7 @@ func (n *rawNeighbour) signal(t *testing.T, serial uint32, dest string, body ...
 func TestADroppedMessagesDescriptorsAreClosed(t *testing.T) {
 	address, _ := systemBus(t)
 	serveEcho(t, address)
-	b := listen(t, Options{Upstream: address})
+	b := listen(t, testOptions{Upstream: address})
 	client := connect(t, b)
 	must(t, client.Object("org.example.Echo", "/org/example/Echo").Call("org.example.Echo.Echo", 0, "x").Err)
 	dest := upstreamName(t, b)

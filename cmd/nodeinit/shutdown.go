@@ -11,9 +11,10 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/bus"
 	"github.com/nodeinit/nodeinit/config"
 	"github.com/nodeinit/nodeinit/init/supervisor"
-	"github.com/nodeinit/nodeinit/bus"
+	"github.com/nodeinit/nodeinit/logind"
 	"github.com/nodeinit/nodeinit/node"
 )
 
@@ -24,18 +25,19 @@ const busEnv = "DBUS_SYSTEM_BUS_ADDRESS"
 // nodeDrain is graceful node shutdown: the login1 bus the executor is given,
 // as the supervisor's Drainer.
 type nodeDrain struct {
-	bus *bus.Bus
-	dir string // the bus socket's private directory
+	bus    *bus.Bus
+	logind *logind.Logind
+	dir    string // the bus socket's private directory
 }
 
 // Drain emits PrepareForShutdown(true); the kubelet ends its pods and
 // releases its delay lock, which closes the channel.
-func (d *nodeDrain) Drain() <-chan struct{} { return d.bus.PrepareForShutdown() }
+func (d *nodeDrain) Drain() <-chan struct{} { return d.logind.PrepareForShutdown() }
 
 // Timeout is the delay in force: what the bus reports as
 // InhibitDelayMaxUSec now, which a reload of logind's configuration may
 // have changed since start.
-func (d *nodeDrain) Timeout() time.Duration { return d.bus.InhibitDelayMax() }
+func (d *nodeDrain) Timeout() time.Duration { return d.logind.InhibitDelayMax() }
 
 func (d *nodeDrain) Status() string { return d.bus.Status() }
 
@@ -65,7 +67,7 @@ func shutdownDelay(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) t
 		klog.Warningf("the kubelet's configuration %s sets no shutdownGracePeriod, so it will not drain the node: "+
 			"nodeinit serves login1 anyway and stops the executor at once", strings.Join(kubelet.Files, " "))
 	}
-	return max(wanted, bus.DefaultInhibitDelayMax)
+	return max(wanted, logind.DefaultInhibitDelayMax)
 }
 
 // startNodeDrain listens on the login1 bus in a private directory and
@@ -88,11 +90,8 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 	if err != nil {
 		return nil, "", fmt.Errorf("make the login1 bus's directory: %w", err)
 	}
-	d := &nodeDrain{dir: dir}
-	d.bus, err = bus.Listen(filepath.Join(dir, "system_bus_socket"), bus.Options{
-		InhibitDelayMax: delay,
-		Upstream:        upstream,
-	})
+	d := &nodeDrain{dir: dir, logind: logind.New(logind.Options{InhibitDelayMax: delay})}
+	d.bus, err = bus.Listen(filepath.Join(dir, "system_bus_socket"), bus.Options{Upstream: upstream}, d.logind)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, "", err
