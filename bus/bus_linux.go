@@ -391,8 +391,9 @@ func (b *Bus) Status() string {
 }
 
 // Close stops the bus: the socket is removed, every connection closed and
-// every service closed (logind releases its inhibitors). It waits at most closeWait for the bus's
-// goroutines, which end as soon as their descriptors are closed.
+// every service closed (logind releases its inhibitors). It waits at most
+// closeWait for the bus's goroutines, which end as soon as their
+// descriptors are closed.
 func (b *Bus) Close() error {
 	b.mu.Lock()
 	if b.closed {

@@ -260,8 +260,8 @@ func (c *conn) nameMethod(in *call) bool {
 }
 
 // refuseName is dbus-daemon's answer on the system bus to a RequestName
-// that its policy does not allow: on this bus nobody but logind owns a
-// name.
+// that its policy does not allow: on this bus nobody but a service owns
+// a name.
 func (c *conn) refuseName(name string) *service.Error {
 	if e := c.invalidName(name); e != nil {
 		return e
