@@ -288,10 +288,7 @@ func (c *conn) enqueue(o outgoing) bool {
 	}
 	c.queue.push(o)
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	notify(c.wake)
 	return true
 }
 
@@ -335,12 +332,8 @@ func (c *conn) pop() (outgoing, bool) {
 	if !ok {
 		return outgoing{}, false
 	}
-	for _, ch := range []chan struct{}{c.room, c.passRoom} {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
+	notify(c.room)
+	notify(c.passRoom)
 	return o, true
 }
 
@@ -373,10 +366,7 @@ func (c *conn) pass(o outgoing, wait bool, stop <-chan struct{}) bool {
 		if c.queue.fitsPassed(len(o.data)) {
 			c.queue.push(o)
 			c.mu.Unlock()
-			select {
-			case c.wake <- struct{}{}:
-			default:
-			}
+			notify(c.wake)
 			return true
 		}
 		c.mu.Unlock()
@@ -426,6 +416,15 @@ func (c *conn) wants(m *dbus.Message, senders []string) bool {
 		}
 	}
 	return false
+}
+
+// notify wakes the one goroutine that waits on ch (of capacity 1), now or
+// when it next waits.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 func closeFDs(fds []int) {

@@ -108,19 +108,7 @@ func unexpectedEOF(err error) error {
 }
 
 // header is a header field of f, "" when f has none.
-func (f *frame) header(field dbus.HeaderField) string {
-	v, ok := f.fields[field]
-	if !ok {
-		return ""
-	}
-	switch s := v.Value().(type) {
-	case string:
-		return s
-	case dbus.ObjectPath:
-		return string(s)
-	}
-	return ""
-}
+func (f *frame) header(field dbus.HeaderField) string { return headerField(f.fields, field) }
 
 // uint32Field is a uint32 header field of f (REPLY_SERIAL, UNIX_FDS), 0
 // when f has none.

@@ -113,8 +113,11 @@ func encodeMessage(m *dbus.Message, serial uint32) ([]byte, []int, error) {
 
 // header fields of an incoming message, read with godbus's exported
 // accessors; a missing or mistyped field reads as "".
-func header(m *dbus.Message, f dbus.HeaderField) string {
-	v, ok := m.Headers[f]
+func header(m *dbus.Message, f dbus.HeaderField) string { return headerField(m.Headers, f) }
+
+// headerField is a string, object path or signature field of a header.
+func headerField(fields map[dbus.HeaderField]dbus.Variant, f dbus.HeaderField) string {
+	v, ok := fields[f]
 	if !ok {
 		return ""
 	}

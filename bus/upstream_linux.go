@@ -437,10 +437,7 @@ func (u *upstream) send(in *call, data []byte, fds []int, kind pendingKind) {
 	}
 	u.queue.push(outgoing{data: data, fds: fds})
 	u.mu.Unlock()
-	select {
-	case u.wake <- struct{}{}:
-	default:
-	}
+	notify(u.wake)
 }
 
 // recovered, deferred in the upstream's reader and writer, turns a panic
@@ -536,11 +533,7 @@ func (u *upstream) deliver(f *frame, fds []int) {
 	reply := f.typ == dbus.TypeMethodReply || f.typ == dbus.TypeError
 	switch {
 	case reply:
-		serial := f.uint32Field(dbus.FieldReplySerial)
-		u.mu.Lock()
-		kind, ok := u.pending[serial]
-		delete(u.pending, serial)
-		u.mu.Unlock()
+		kind, ok := u.answered(f)
 		if !ok {
 			u.drop(f, fds, "a reply to no call of the client's")
 			return
@@ -594,6 +587,17 @@ func (u *upstream) deliver(f *frame, fds []int) {
 	}
 }
 
+// answered takes the client's call that the reply f answers off the
+// calls waiting; ok is false when f answers none of them.
+func (u *upstream) answered(f *frame) (kind pendingKind, ok bool) {
+	serial := f.uint32Field(dbus.FieldReplySerial)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	kind, ok = u.pending[serial]
+	delete(u.pending, serial)
+	return kind, ok
+}
+
 // refuseReply answers the client's call that f, dropped for its size,
 // would have answered, with LimitsExceeded from the bus, as dbus-daemon
 // answers for a reply it cannot pass on: the call does not wait for ever.
@@ -601,14 +605,10 @@ func (u *upstream) refuseReply(f *frame, name string) {
 	if f.typ != dbus.TypeMethodReply && f.typ != dbus.TypeError {
 		return
 	}
-	serial := f.uint32Field(dbus.FieldReplySerial)
-	u.mu.Lock()
-	_, ok := u.pending[serial]
-	delete(u.pending, serial)
-	u.mu.Unlock()
-	if !ok {
+	if _, ok := u.answered(f); !ok {
 		return
 	}
+	serial := f.uint32Field(dbus.FieldReplySerial)
 	e := newError(&dbus.Message{}, busName, name, service.LimitsExceeded,
 		fmt.Sprintf("The reply from %s is %d bytes, more than the %d this bus passes on", clientlog.Clip(f.header(dbus.FieldSender)), f.size, maxUpstreamMessage))
 	e.Headers[dbus.FieldReplySerial] = dbus.MakeVariant(serial)
