@@ -48,31 +48,12 @@ const maxDroppedString = 256
 // clipped, so that the caller can claim the descriptors it carries (its
 // UNIX_FDS) and log it. Nothing is allocated for what it claims to be.
 func readFrame(r *bufio.Reader, limit uint64) (*frame, error) {
-	head, err := r.Peek(16)
+	head, order, fieldsLen, size, err := peekHeader(r)
 	if err != nil {
-		if len(head) > 0 && errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
 		return nil, err
 	}
-	f := &frame{}
-	switch head[0] {
-	case 'l':
-		f.order = binary.LittleEndian
-	case 'B':
-		f.order = binary.BigEndian
-	default:
-		return nil, fmt.Errorf("%w: byte order %#x", errProtocol, head[0])
-	}
-	if head[3] != 1 {
-		return nil, fmt.Errorf("%w: protocol version %d", errProtocol, head[3])
-	}
-	f.typ, f.flags = dbus.Type(head[1]), dbus.Flags(head[2])
-	body := uint64(f.order.Uint32(head[4:8]))
-	f.serial = f.order.Uint32(head[8:12])
-	fieldsLen := f.order.Uint32(head[12:16])
+	f := &frame{order: order, typ: dbus.Type(head[1]), flags: dbus.Flags(head[2]), serial: order.Uint32(head[8:12]), size: size}
 	f.bodyAt = int(16 + (uint64(fieldsLen)+7)&^7)
-	f.size = uint64(f.bodyAt) + body
 	if f.size > maxMessageSize {
 		return nil, fmt.Errorf("%w: a message of %d bytes, more than a message may have", errProtocol, f.size)
 	}

@@ -27,45 +27,48 @@ var errProtocol = errors.New("not a D-Bus message")
 // header and is checked against maxMessage first, so a client can make the
 // server allocate no more than that. io.EOF means the stream ended cleanly
 // between two messages.
-func readMessage(r *bufio.Reader) ([]byte, error) { return readMessageUpTo(r, maxMessage) }
+func readMessage(r *bufio.Reader) ([]byte, error) {
+	_, _, _, size, err := peekHeader(r)
+	if err != nil {
+		return nil, err
+	}
+	if size > maxMessage {
+		return nil, fmt.Errorf("%w: a message of %d bytes, more than %d", errProtocol, size, maxMessage)
+	}
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, unexpectedEOF(err)
+	}
+	return buf, nil
+}
 
-// readMessageUpTo is readMessage with another limit than maxMessage.
-func readMessageUpTo(r *bufio.Reader, limit uint64) ([]byte, error) {
-	head, err := r.Peek(16)
+// peekHeader reads the fixed 16-byte start of the next message without
+// taking it from r: its bytes, its byte order, the length of its header
+// field array, and its whole size (the field array is padded to 8 bytes
+// before the body). io.EOF means the stream ended cleanly between two
+// messages.
+func peekHeader(r *bufio.Reader) (head []byte, order binary.ByteOrder, fields uint32, size uint64, err error) {
+	head, err = r.Peek(16)
 	if err != nil {
 		if len(head) > 0 && errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, err
+		return nil, nil, 0, 0, err
 	}
-	var order binary.ByteOrder
 	switch head[0] {
 	case 'l':
 		order = binary.LittleEndian
 	case 'B':
 		order = binary.BigEndian
 	default:
-		return nil, fmt.Errorf("%w: byte order %#x", errProtocol, head[0])
+		return nil, nil, 0, 0, fmt.Errorf("%w: byte order %#x", errProtocol, head[0])
 	}
 	if head[3] != 1 {
-		return nil, fmt.Errorf("%w: protocol version %d", errProtocol, head[3])
+		return nil, nil, 0, 0, fmt.Errorf("%w: protocol version %d", errProtocol, head[3])
 	}
-	body := uint64(order.Uint32(head[4:8]))
-	fields := uint64(order.Uint32(head[12:16]))
-	// The header field array starts at 16 and is padded to 8 bytes before
-	// the body begins.
-	size := 16 + (fields+7)&^7 + body
-	if size > limit {
-		return nil, fmt.Errorf("%w: a message of %d bytes, more than %d", errProtocol, size, limit)
-	}
-	buf := make([]byte, size)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	return buf, nil
+	fields = order.Uint32(head[12:16])
+	size = 16 + (uint64(fields)+7)&^7 + uint64(order.Uint32(head[4:8]))
+	return head, order, fields, size, nil
 }
 
 // decodeMessage decodes the bytes readMessage returned with godbus. Any

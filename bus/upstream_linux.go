@@ -379,7 +379,7 @@ func (u *upstream) open(unixFD bool) error {
 		return err
 	}
 	// The reply comes first; a bus sends nothing else before it.
-	raw, err := readMessageUpTo(u.r, maxMessage)
+	raw, err := readMessage(u.r)
 	if err != nil {
 		return err
 	}

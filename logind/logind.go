@@ -172,7 +172,7 @@ func (l *Logind) Close() {
 // without an interface is matched by its member alone, as the
 // specification allows.
 func (l *Logind) managerMethod(in *service.Call) {
-	if in.Standard(in.Owner, logindObjects) || l.properties(in) {
+	if in.Standard(in.Owner, logindObjects) {
 		return
 	}
 	if in.Path != string(logindPath) {
@@ -180,8 +180,8 @@ func (l *Logind) managerMethod(in *service.Call) {
 		return
 	}
 	switch {
-	case in.Member == "Get" && (in.Iface == service.PropertiesIface || in.Iface == ""):
-		l.getProperty(in)
+	case in.Iface == service.PropertiesIface || in.Iface == "" && in.Member == "Get":
+		l.properties(in)
 	case in.Member == "Inhibit" && (in.Iface == managerIface || in.Iface == ""):
 		l.inhibitCall(in)
 	case in.Member == "ListInhibitors" && (in.Iface == managerIface || in.Iface == ""):
@@ -195,57 +195,39 @@ func (l *Logind) managerMethod(in *service.Call) {
 	}
 }
 
-func (l *Logind) getProperty(in *service.Call) {
-	if e := in.WantSignature("ss"); e != nil {
+// properties answers Get, GetAll and Set of the manager's one property,
+// InhibitDelayMaxUSec (read-only).
+func (l *Logind) properties(in *service.Call) {
+	sigs := map[string]string{"Get": "ss", "GetAll": "s", "Set": "ssv"}
+	sig, ok := sigs[in.Member]
+	if !ok {
+		in.Fail(in.Owner, in.UnknownMethod())
+		return
+	}
+	if e := in.WantSignature(sig); e != nil {
 		in.Fail(in.Owner, e)
 		return
 	}
 	iface, _ := in.Msg.Body[0].(string)
-	prop, _ := in.Msg.Body[1].(string)
+	prop := ""
+	if in.Member != "GetAll" {
+		prop, _ = in.Msg.Body[1].(string)
+	}
+	delay := dbus.MakeVariant(uint64(l.InhibitDelayMax().Microseconds()))
 	switch {
+	case in.Member == "Set":
+		in.Fail(in.Owner, &service.Error{Name: service.PropertyReadOnly, Text: fmt.Sprintf("Property '%s' is not writable.", prop)})
+	case in.Member == "GetAll" && (iface == service.PropertiesIface || iface == service.IntrospectableIface || iface == service.PeerIface):
+		in.Reply(in.Owner, map[string]dbus.Variant{})
 	case iface != managerIface && iface != "":
 		in.Fail(in.Owner, &service.Error{Name: service.UnknownInterface, Text: fmt.Sprintf("Unknown interface '%s'.", iface)})
+	case in.Member == "GetAll":
+		in.Reply(in.Owner, map[string]dbus.Variant{"InhibitDelayMaxUSec": delay})
 	case prop != "InhibitDelayMaxUSec":
 		in.Fail(in.Owner, &service.Error{Name: service.UnknownProperty, Text: fmt.Sprintf("Unknown property '%s': this logind offers only InhibitDelayMaxUSec.", prop)})
 	default:
-		in.Reply(in.Owner, dbus.MakeVariant(uint64(l.InhibitDelayMax().Microseconds())))
+		in.Reply(in.Owner, delay)
 	}
-}
-
-// properties answers GetAll and Set of logind's manager; Get is
-// getProperty's. It reports false for another call.
-func (l *Logind) properties(in *service.Call) bool {
-	if in.Iface != service.PropertiesIface || in.Path != string(logindPath) {
-		return false
-	}
-	switch in.Member {
-	case "GetAll":
-		if e := in.WantSignature("s"); e != nil {
-			in.Fail(in.Owner, e)
-			return true
-		}
-		iface, _ := in.Msg.Body[0].(string)
-		props := map[string]dbus.Variant{}
-		switch iface {
-		case managerIface, "":
-			props["InhibitDelayMaxUSec"] = dbus.MakeVariant(uint64(l.InhibitDelayMax().Microseconds()))
-		case service.PropertiesIface, service.IntrospectableIface, service.PeerIface:
-		default:
-			in.Fail(in.Owner, &service.Error{Name: service.UnknownInterface, Text: fmt.Sprintf("Unknown interface '%s'.", iface)})
-			return true
-		}
-		in.Reply(in.Owner, props)
-	case "Set":
-		if e := in.WantSignature("ssv"); e != nil {
-			in.Fail(in.Owner, e)
-			return true
-		}
-		prop, _ := in.Msg.Body[1].(string)
-		in.Fail(in.Owner, &service.Error{Name: service.PropertyReadOnly, Text: fmt.Sprintf("Property '%s' is not writable.", prop)})
-	default:
-		return false
-	}
-	return true
 }
 
 // inhibitCall answers Inhibit(what, who, why, mode) with the write end of a
