@@ -9,6 +9,8 @@ import (
 
 	"github.com/nodeinit/nodeinit/init/proctree"
 	"github.com/nodeinit/nodeinit/internal/linux"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // Who may use the bus: the executor and the processes below it, and nobody
@@ -72,7 +74,7 @@ func (b *Bus) AdmitExecutor(pid int) error {
 	}
 	b.knowExecutor()
 	b.mu.Unlock()
-	closeFDs(pidfds)
+	wire.CloseFDs(pidfds)
 	return nil
 }
 

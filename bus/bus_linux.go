@@ -21,6 +21,8 @@ import (
 	"github.com/nodeinit/nodeinit/bus/service"
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // Limits of the bus as a whole.
@@ -408,7 +410,7 @@ func (b *Bus) Close() error {
 	}
 	pidfds := b.forgetPidfds()
 	b.mu.Unlock()
-	closeFDs(pidfds)
+	wire.CloseFDs(pidfds)
 
 	var err error
 	if b.ln != nil {

@@ -19,6 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/bus/service"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // listen serves a bus in the test's temporary directory, closed at the end
@@ -127,7 +129,7 @@ func (c *raw) call(serial uint32, dest string, path dbus.ObjectPath, iface, memb
 
 func encodeCall(t testing.TB, serial uint32, dest string, path dbus.ObjectPath, iface, member string, body ...any) []byte {
 	t.Helper()
-	m := withBody(&dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
+	m := wire.WithBody(&dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
 		dbus.FieldDestination: dbus.MakeVariant(dest),
 		dbus.FieldPath:        dbus.MakeVariant(path),
 		dbus.FieldMember:      dbus.MakeVariant(member),
@@ -135,7 +137,7 @@ func encodeCall(t testing.TB, serial uint32, dest string, path dbus.ObjectPath, 
 	if iface != "" {
 		m.Headers[dbus.FieldInterface] = dbus.MakeVariant(iface)
 	}
-	data, _, err := encodeMessage(m, serial)
+	data, _, err := wire.Encode(m, serial)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,11 +147,11 @@ func encodeCall(t testing.TB, serial uint32, dest string, path dbus.ObjectPath, 
 // message reads the next message.
 func (c *raw) message() *dbus.Message {
 	c.t.Helper()
-	b, err := readMessage(c.r)
+	b, err := wire.ReadMessage(c.r)
 	if err != nil {
 		c.t.Fatalf("reading a message: %v", err)
 	}
-	m, err := decodeMessage(b)
+	m, err := wire.Decode(b)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -162,8 +164,8 @@ func (c *raw) hello() string {
 	c.call(1, busName, busPath, busName, "Hello")
 	reply := c.message()
 	name, _ := reply.Body[0].(string)
-	if acquired := c.message(); header(acquired, dbus.FieldMember) != "NameAcquired" || acquired.Body[0] != name ||
-		header(acquired, dbus.FieldDestination) != name {
+	if acquired := c.message(); wire.Header(acquired, dbus.FieldMember) != "NameAcquired" || acquired.Body[0] != name ||
+		wire.Header(acquired, dbus.FieldDestination) != name {
 		c.t.Fatalf("after Hello: %v", acquired)
 	}
 	return name
@@ -294,7 +296,7 @@ func TestInhibitNeedsFDPassing(t *testing.T) {
 	}
 	c.hello()
 	c.call(2, logindName, logindPath, managerIface, "Inhibit", "shutdown", "me", "test", "delay")
-	if m := c.message(); m.Type != dbus.TypeError || header(m, dbus.FieldErrorName) != service.NotSupported {
+	if m := c.message(); m.Type != dbus.TypeError || wire.Header(m, dbus.FieldErrorName) != service.NotSupported {
 		t.Errorf("Inhibit without fd passing: %v", m)
 	}
 	if s := b.Status(); !strings.Contains(s, "inhibitors=0") {
@@ -342,7 +344,7 @@ func TestAHugeStringIsNotAllocated(t *testing.T) {
 	m := withHugeString(t)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := decodeMessage(m)
+	_, err := wire.Decode(m)
 	runtime.ReadMemStats(&after)
 	if err == nil {
 		t.Fatal("decoded a message whose string is longer than the message")
@@ -424,7 +426,7 @@ func TestPrepareForShutdownGoesOnlyWhereAMatchRuleWantsIt(t *testing.T) {
 		}
 	}
 	loginOf(b).PrepareForShutdown()
-	if m := watching.message(); header(m, dbus.FieldMember) != "PrepareForShutdown" {
+	if m := watching.message(); wire.Header(m, dbus.FieldMember) != "PrepareForShutdown" {
 		t.Errorf("got %v", m)
 	}
 	// The other connection gets nothing: its next message is the reply to

@@ -18,17 +18,18 @@ import (
 
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // Limits of one connection.
 const (
-	// maxQueued and maxQueuedBytes bound the replies and signals waiting
-	// for a peer. While they are reached the bus reads nothing more from
-	// the peer (its calls wait in its socket), so a client that sends many
-	// calls before it reads the replies is slowed, not dropped; one that
-	// does not read at all is dropped by the writer's timeout.
-	maxQueued      = 64
-	maxQueuedBytes = 256 << 10
+	// wire.MaxQueued and wire.MaxQueuedBytes bound the replies and
+	// signals waiting for a peer. While they are reached the bus reads
+	// nothing more from the peer (its calls wait in its socket), so a
+	// client that sends many calls before it reads the replies is slowed,
+	// not dropped; one that does not read at all is dropped by the
+	// writer's timeout.
 	// repliesPerCall and maxReplyBytes bound what answering one message
 	// adds to the queue: Hello's reply and NameAcquired; an error text is
 	// clipped to clientlog.MaxErrorText.
@@ -38,57 +39,6 @@ const (
 	// PrepareForShutdown.
 	maxBroadcasts = 1
 )
-
-// outgoing is one encoded message waiting for the writer; fds go with it as
-// SCM_RIGHTS and are the bus's own, closed once sent or dropped.
-type outgoing struct {
-	data []byte
-	fds  []int
-}
-
-// outbox is the messages waiting for a writer, in order, and their bytes.
-// Its owner's mutex guards it.
-type outbox struct {
-	msgs  []outgoing
-	bytes int
-}
-
-// fits reports whether n more messages of size bytes in all stay within
-// at most msgs messages and bytes bytes.
-func (q *outbox) fits(n, size, msgs, bytes int) bool {
-	return len(q.msgs)+n <= msgs && q.bytes+size <= bytes
-}
-
-func (q *outbox) push(o outgoing) {
-	q.msgs = append(q.msgs, o)
-	q.bytes += len(o.data)
-}
-
-func (q *outbox) pop() (outgoing, bool) {
-	if len(q.msgs) == 0 {
-		return outgoing{}, false
-	}
-	o := q.msgs[0]
-	q.msgs[0] = outgoing{}
-	q.msgs = q.msgs[1:]
-	q.bytes -= len(o.data)
-	return o, true
-}
-
-// take empties the outbox and returns what was in it, for the caller to
-// drop once it has let go of the owner's lock.
-func (q *outbox) take() []outgoing {
-	msgs := q.msgs
-	q.msgs, q.bytes = nil, 0
-	return msgs
-}
-
-// drop closes the descriptors of messages that will never be sent.
-func drop(msgs []outgoing) {
-	for _, o := range msgs {
-		closeFDs(o.fds)
-	}
-}
 
 // conn is one client connection. A reader goroutine (serve) authenticates
 // the peer, then reads and answers its messages; a writer goroutine
@@ -110,7 +60,7 @@ type conn struct {
 	mu     sync.Mutex
 	name   string      // the unique name, from Hello on
 	rules  []matchRule // from AddMatch
-	queue  outbox
+	queue  wire.Outbox
 	closed bool
 
 	wake chan struct{} // the queue has something (capacity 1)
@@ -153,10 +103,10 @@ func (c *conn) serve() {
 			c.ended("reading", err)
 			return
 		}
-		raw, err := readMessage(r)
+		raw, err := wire.ReadMessage(r)
 		if err == nil {
 			var m *dbus.Message
-			if m, err = decodeMessage(raw); err == nil {
+			if m, err = wire.Decode(raw); err == nil {
 				err = c.handle(m, raw)
 			}
 		}
@@ -191,7 +141,7 @@ func (c *conn) waitRoom() bool {
 	for {
 		c.mu.Lock()
 		closed := c.closed
-		room := c.queue.fits(repliesPerCall, repliesPerCall*maxReplyBytes, maxQueued, maxQueuedBytes)
+		room := c.queue.Fits(repliesPerCall, repliesPerCall*maxReplyBytes, wire.MaxQueued, wire.MaxQueuedBytes)
 		c.mu.Unlock()
 		if closed {
 			return false
@@ -255,40 +205,40 @@ func (c *conn) ended(during string, err error) {
 // send encodes m and queues it for the writer. fds are the bus's own
 // descriptors that m's body names; send owns them from here on.
 func (c *conn) send(m *dbus.Message, fds ...int) {
-	data, sendFDs, err := encodeMessage(m, c.bus.nextSerial())
+	data, sendFDs, err := wire.Encode(m, c.bus.nextSerial())
 	if err != nil {
 		// Only this package builds outgoing messages: a failure is a bug,
 		// and a client waiting for a reply must not wait forever.
-		closeFDs(fds)
+		wire.CloseFDs(fds)
 		c.bus.log.Error(err, "Could not encode a D-Bus message; dropping the connection", "pid", c.cred.Pid, "message", clientlog.ClipTo(m.String(), clientlog.MaxErrorText))
 		c.close()
 		return
 	}
-	c.enqueue(outgoing{data: data, fds: sendFDs})
+	c.enqueue(wire.Outgoing{Data: data, FDs: sendFDs})
 }
 
 // enqueue hands o to the writer. It never blocks: the reader leaves room
 // for its replies before it reads a call (waitRoom), so only a broadcast
 // can find the queue full, and the connection is dropped then, as its
 // writer would drop it soon for not reading.
-func (c *conn) enqueue(o outgoing) bool {
+func (c *conn) enqueue(o wire.Outgoing) bool {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		closeFDs(o.fds)
+		wire.CloseFDs(o.FDs)
 		return false
 	}
-	if !c.queue.fits(1, len(o.data), maxQueued+maxBroadcasts, maxQueuedBytes+maxReplyBytes) {
-		n, size, name := len(c.queue.msgs), c.queue.bytes, c.name
+	if !c.queue.Fits(1, len(o.Data), wire.MaxQueued+maxBroadcasts, wire.MaxQueuedBytes+maxReplyBytes) {
+		n, size, name := len(c.queue.Msgs), c.queue.Bytes, c.name
 		c.mu.Unlock()
-		closeFDs(o.fds)
+		wire.CloseFDs(o.FDs)
 		c.bus.log.Info("Dropped a D-Bus connection that does not read its messages", "pid", c.cred.Pid, "name", name, "queued", n, "bytes", size)
 		c.close()
 		return false
 	}
-	c.queue.push(o)
+	c.queue.Push(o)
 	c.mu.Unlock()
-	notify(c.wake)
+	wire.Notify(c.wake)
 	return true
 }
 
@@ -310,9 +260,9 @@ func (c *conn) writeLoop() {
 			}
 			err := c.nc.SetWriteDeadline(c.bus.tun.now().Add(c.bus.tun.writeTimeout))
 			if err == nil {
-				err = linux.SendAll(c.raw, o.data, o.fds)
+				err = linux.SendAll(c.raw, o.Data, o.FDs)
 			}
-			closeFDs(o.fds)
+			wire.CloseFDs(o.FDs)
 			if err != nil {
 				c.ended("writing", err)
 				c.close()
@@ -322,18 +272,18 @@ func (c *conn) writeLoop() {
 	}
 }
 
-func (c *conn) pop() (outgoing, bool) {
+func (c *conn) pop() (wire.Outgoing, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return outgoing{}, false
+		return wire.Outgoing{}, false
 	}
-	o, ok := c.queue.pop()
+	o, ok := c.queue.Pop()
 	if !ok {
-		return outgoing{}, false
+		return wire.Outgoing{}, false
 	}
-	notify(c.room)
-	notify(c.passRoom)
+	wire.Notify(c.room)
+	wire.Notify(c.passRoom)
 	return o, true
 }
 
@@ -345,9 +295,9 @@ func (c *conn) pop() (outgoing, bool) {
 const passedRoom = repliesPerCall + maxBroadcasts
 
 // fitsPassed reports whether a message of size bytes from the system bus
-// fits in the queue beside passedRoom.
-func (q *outbox) fitsPassed(size int) bool {
-	return q.fits(1+passedRoom, size+passedRoom*maxReplyBytes, maxQueued, maxQueuedBytes)
+// fits in the queue q beside passedRoom.
+func fitsPassed(q *wire.Outbox, size int) bool {
+	return q.Fits(1+passedRoom, size+passedRoom*maxReplyBytes, wire.MaxQueued, wire.MaxQueuedBytes)
 }
 
 // pass queues a message from the system bus when the queue has room for
@@ -355,30 +305,30 @@ func (q *outbox) fitsPassed(size int) bool {
 // message that may wait (a reply the client is waiting for) waits until
 // the writer makes room, the connection closes or stop closes; another is
 // dropped. It reports whether o was queued; o's fds are pass's.
-func (c *conn) pass(o outgoing, wait bool, stop <-chan struct{}) bool {
+func (c *conn) pass(o wire.Outgoing, wait bool, stop <-chan struct{}) bool {
 	for {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			closeFDs(o.fds)
+			wire.CloseFDs(o.FDs)
 			return false
 		}
-		if c.queue.fitsPassed(len(o.data)) {
-			c.queue.push(o)
+		if fitsPassed(&c.queue, len(o.Data)) {
+			c.queue.Push(o)
 			c.mu.Unlock()
-			notify(c.wake)
+			wire.Notify(c.wake)
 			return true
 		}
 		c.mu.Unlock()
 		if !wait {
-			closeFDs(o.fds)
+			wire.CloseFDs(o.FDs)
 			return false
 		}
 		select {
 		case <-c.passRoom:
 		case <-c.done:
 		case <-stop:
-			closeFDs(o.fds)
+			wire.CloseFDs(o.FDs)
 			return false
 		}
 	}
@@ -394,9 +344,9 @@ func (c *conn) close() {
 		return
 	}
 	c.closed = true
-	q := c.queue.take()
+	q := c.queue.Take()
 	c.mu.Unlock()
-	drop(q)
+	wire.Drop(q)
 	close(c.done)
 	_ = c.nc.Close()
 	c.closePassThrough()
@@ -416,19 +366,4 @@ func (c *conn) wants(m *dbus.Message, senders []string) bool {
 		}
 	}
 	return false
-}
-
-// notify wakes the one goroutine that waits on ch (of capacity 1), now or
-// when it next waits.
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-func closeFDs(fds []int) {
-	for _, fd := range fds {
-		_ = unix.Close(fd)
-	}
 }

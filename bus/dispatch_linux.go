@@ -9,6 +9,8 @@ import (
 
 	"github.com/nodeinit/nodeinit/bus/service"
 	"github.com/nodeinit/nodeinit/internal/clientlog"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // D-Bus error names the bus itself answers with (a service's are in
@@ -42,11 +44,11 @@ func (c *conn) handle(m *dbus.Message, raw []byte) error {
 	in := &call{
 		Call: service.Call{
 			Msg:    m,
-			Dest:   header(m, dbus.FieldDestination),
-			Path:   header(m, dbus.FieldPath),
-			Iface:  header(m, dbus.FieldInterface),
-			Member: header(m, dbus.FieldMember),
-			Sig:    header(m, dbus.FieldSignature),
+			Dest:   wire.Header(m, dbus.FieldDestination),
+			Path:   wire.Header(m, dbus.FieldPath),
+			Iface:  wire.Header(m, dbus.FieldInterface),
+			Member: wire.Header(m, dbus.FieldMember),
+			Sig:    wire.Header(m, dbus.FieldSignature),
 			Caller: c.cred,
 			UnixFD: c.unixFD,
 			Answer: c,
@@ -54,12 +56,12 @@ func (c *conn) handle(m *dbus.Message, raw []byte) error {
 		raw: raw,
 		fds: fds,
 	}
-	defer func() { closeFDs(in.fds) }()
+	defer func() { wire.CloseFDs(in.fds) }()
 	if c.name == "" {
 		// The specification: a connection's first message is Hello, or
 		// the bus disconnects it.
 		if m.Type != dbus.TypeMethodCall || in.Dest != busName || in.Member != "Hello" || (in.Iface != "" && in.Iface != busName) {
-			return fmt.Errorf("%w: %s %s.%s to %q before Hello", errProtocol, m.Type, clientlog.Clip(in.Iface), clientlog.Clip(in.Member), clientlog.Clip(in.Dest))
+			return fmt.Errorf("%w: %s %s.%s to %q before Hello", wire.ErrProtocol, m.Type, clientlog.Clip(in.Iface), clientlog.Clip(in.Member), clientlog.Clip(in.Dest))
 		}
 		c.hello(in)
 		return nil
@@ -109,10 +111,10 @@ func (c *conn) Reply(in *service.Call, sender string, body ...any) {
 		}
 	}
 	if in.Msg.Flags&dbus.FlagNoReplyExpected != 0 {
-		closeFDs(fds)
+		wire.CloseFDs(fds)
 		return
 	}
-	c.send(withBody(newReply(in.Msg, sender, c.name), body...), fds...)
+	c.send(wire.WithBody(wire.NewReply(in.Msg, sender, c.name), body...), fds...)
 }
 
 // Fail answers in with a D-Bus error, and logs it: whatever a client asks
@@ -127,5 +129,5 @@ func (c *conn) Fail(in *service.Call, sender string, e *service.Error) {
 	if in.Msg.Flags&dbus.FlagNoReplyExpected != 0 {
 		return
 	}
-	c.send(newError(in.Msg, sender, c.name, e.Name, text))
+	c.send(wire.NewError(in.Msg, sender, c.name, e.Name, text))
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/nodeinit/nodeinit/bus/service"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // The bus's driver: what it answers as org.freedesktop.DBus, the bus
@@ -42,7 +44,7 @@ func (c *conn) hello(in *call) {
 	c.name = name
 	c.mu.Unlock()
 	in.Reply(busName, name)
-	acquired := newSignal(busName, busPath, busName, "NameAcquired", name)
+	acquired := wire.NewSignal(busName, busPath, busName, "NameAcquired", name)
 	acquired.Headers[dbus.FieldDestination] = dbus.MakeVariant(name)
 	c.send(acquired)
 }

@@ -8,13 +8,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/bus/service"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // sendWithFDs writes a call with fds attached, as SCM_RIGHTS on its first
 // byte, and its UNIX_FDS header field saying how many.
 func (c *raw) sendWithFDs(serial uint32, fds []int, dest string, path dbus.ObjectPath, iface, member string, body ...any) {
 	c.t.Helper()
-	m := withBody(&dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
+	m := wire.WithBody(&dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
 		dbus.FieldDestination: dbus.MakeVariant(dest),
 		dbus.FieldPath:        dbus.MakeVariant(path),
 		dbus.FieldInterface:   dbus.MakeVariant(iface),
@@ -23,7 +25,7 @@ func (c *raw) sendWithFDs(serial uint32, fds []int, dest string, path dbus.Objec
 	if len(fds) > 0 {
 		m.Headers[dbus.FieldUnixFDs] = dbus.MakeVariant(uint32(len(fds)))
 	}
-	data, _, err := encodeMessage(m, serial)
+	data, _, err := wire.Encode(m, serial)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -67,7 +69,7 @@ func TestDescriptorsBeyondTheBoundDropTheClient(t *testing.T) {
 		c := dialRaw(t, b)
 		c.auth()
 		c.hello()
-		fds := make([]int, maxHeldFDs+1)
+		fds := make([]int, wire.MaxHeldFDs+1)
 		for i := range fds {
 			fds[i] = 0 // stdin, as often as it takes
 		}
@@ -79,10 +81,10 @@ func TestDescriptorsBeyondTheBoundDropTheClient(t *testing.T) {
 		c.auth()
 		c.hello()
 		m := encodeCall(t, 2, logindName, logindPath, service.PropertiesIface, "Get", managerIface, "InhibitDelayMaxUSec")
-		msg, err := decodeMessage(m)
+		msg, err := wire.Decode(m)
 		must(t, err)
 		msg.Headers[dbus.FieldUnixFDs] = dbus.MakeVariant(uint32(1))
-		data, _, err := encodeMessage(msg, 2)
+		data, _, err := wire.Encode(msg, 2)
 		must(t, err)
 		c.send(string(data))
 		c.closedByServer()

@@ -4,11 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // A message from the system bus is passed on as it came: its body is never
@@ -48,19 +49,19 @@ const maxDroppedString = 256
 // clipped, so that the caller can claim the descriptors it carries (its
 // UNIX_FDS) and log it. Nothing is allocated for what it claims to be.
 func readFrame(r *bufio.Reader, limit uint64) (*frame, error) {
-	head, order, fieldsLen, size, err := peekHeader(r)
+	head, order, fieldsLen, size, err := wire.PeekHeader(r)
 	if err != nil {
 		return nil, err
 	}
 	f := &frame{order: order, typ: dbus.Type(head[1]), flags: dbus.Flags(head[2]), serial: order.Uint32(head[8:12]), size: size}
 	f.bodyAt = int(16 + (uint64(fieldsLen)+7)&^7)
 	if f.size > maxMessageSize {
-		return nil, fmt.Errorf("%w: a message of %d bytes, more than a message may have", errProtocol, f.size)
+		return nil, fmt.Errorf("%w: a message of %d bytes, more than a message may have", wire.ErrProtocol, f.size)
 	}
 	if f.size <= limit {
 		f.raw = make([]byte, f.size)
 		if _, err := io.ReadFull(r, f.raw); err != nil {
-			return nil, unexpectedEOF(err)
+			return nil, wire.UnexpectedEOF(err)
 		}
 		f.fields, err = readHeaderFields(bytes.NewReader(f.raw[16:16+fieldsLen]), f.order, fieldsLen, int(fieldsLen))
 		if err != nil {
@@ -69,27 +70,20 @@ func readFrame(r *bufio.Reader, limit uint64) (*frame, error) {
 		return f, nil
 	}
 	if _, err := r.Discard(16); err != nil {
-		return nil, unexpectedEOF(err)
+		return nil, wire.UnexpectedEOF(err)
 	}
 	if f.fields, err = readHeaderFields(r, f.order, fieldsLen, maxDroppedString); err != nil {
 		return nil, err
 	}
 	// The padding and the body, through the reader's own buffer.
 	if _, err := r.Discard(int(f.size) - 16 - int(fieldsLen)); err != nil {
-		return nil, unexpectedEOF(err)
+		return nil, wire.UnexpectedEOF(err)
 	}
 	return f, nil
 }
 
-func unexpectedEOF(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
-	}
-	return err
-}
-
 // header is a header field of f, "" when f has none.
-func (f *frame) header(field dbus.HeaderField) string { return headerField(f.fields, field) }
+func (f *frame) header(field dbus.HeaderField) string { return wire.Field(f.fields, field) }
 
 // uint32Field is a uint32 header field of f (REPLY_SERIAL, UNIX_FDS), 0
 // when f has none.
@@ -100,7 +94,7 @@ func (f *frame) uint32Field(field dbus.HeaderField) uint32 {
 
 // decode decodes the whole message with godbus, for the few whose body
 // this bus reads (the upstream bus's own signals, a ListNames reply).
-func (f *frame) decode() (*dbus.Message, error) { return decodeMessage(f.raw) }
+func (f *frame) decode() (*dbus.Message, error) { return wire.Decode(f.raw) }
 
 // addressedTo is the message as it came, with its destination dest: the
 // header written again (in the message's byte order, with its serial),
@@ -155,7 +149,7 @@ func readHeaderFields(r io.Reader, order binary.ByteOrder, n uint32, keep int) (
 			continue
 		}
 		if sig != want {
-			return nil, fmt.Errorf("%w: header field %d of type %q", errProtocol, code, sig)
+			return nil, fmt.Errorf("%w: header field %d of type %q", wire.ErrProtocol, code, sig)
 		}
 		var v dbus.Variant
 		switch sig {
@@ -179,7 +173,7 @@ func readHeaderFields(r io.Reader, order binary.ByteOrder, n uint32, keep int) (
 			}
 			parsed, err := dbus.ParseSignature(s)
 			if err != nil {
-				return nil, fmt.Errorf("%w: signature %q: %v", errProtocol, s, err)
+				return nil, fmt.Errorf("%w: signature %q: %v", wire.ErrProtocol, s, err)
 			}
 			v = dbus.MakeVariant(parsed)
 		case "u":
@@ -212,10 +206,10 @@ type fieldReader struct {
 
 func (h *fieldReader) next(n int) ([]byte, error) {
 	if n > h.end-h.off {
-		return nil, fmt.Errorf("%w: the header fields end inside a field", errProtocol)
+		return nil, fmt.Errorf("%w: the header fields end inside a field", wire.ErrProtocol)
 	}
 	if _, err := io.ReadFull(h.r, h.buf[:n]); err != nil {
-		return nil, unexpectedEOF(err)
+		return nil, wire.UnexpectedEOF(err)
 	}
 	h.off += n
 	return h.buf[:n], nil
@@ -223,10 +217,10 @@ func (h *fieldReader) next(n int) ([]byte, error) {
 
 func (h *fieldReader) discard(n int) error {
 	if n < 0 || n > h.end-h.off {
-		return fmt.Errorf("%w: the header fields end inside a field", errProtocol)
+		return fmt.Errorf("%w: the header fields end inside a field", wire.ErrProtocol)
 	}
 	if _, err := io.CopyN(io.Discard, h.r, int64(n)); err != nil {
-		return unexpectedEOF(err)
+		return wire.UnexpectedEOF(err)
 	}
 	h.off += n
 	return nil
@@ -268,12 +262,12 @@ func (h *fieldReader) string(keep int) (s string, whole bool, err error) {
 		return "", false, err
 	}
 	if int64(n) >= int64(h.end-h.off) {
-		return "", false, fmt.Errorf("%w: the header fields end inside a string", errProtocol)
+		return "", false, fmt.Errorf("%w: the header fields end inside a string", wire.ErrProtocol)
 	}
 	kept := min(int(n), keep)
 	b := make([]byte, kept)
 	if _, err := io.ReadFull(h.r, b); err != nil {
-		return "", false, unexpectedEOF(err)
+		return "", false, wire.UnexpectedEOF(err)
 	}
 	h.off += kept
 	if err := h.discard(int(n) - kept + 1); err != nil { // the rest and the NUL
@@ -289,11 +283,11 @@ func (h *fieldReader) signature(max int) (string, error) {
 		return "", err
 	}
 	if int(n) > max || int(n) >= h.end-h.off {
-		return "", fmt.Errorf("%w: a signature of %d bytes in the header", errProtocol, n)
+		return "", fmt.Errorf("%w: a signature of %d bytes in the header", wire.ErrProtocol, n)
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(h.r, b); err != nil {
-		return "", unexpectedEOF(err)
+		return "", wire.UnexpectedEOF(err)
 	}
 	h.off += int(n)
 	if err := h.discard(1); err != nil {
@@ -306,7 +300,7 @@ func (h *fieldReader) signature(max int) (string, error) {
 // counts the containers it is in).
 func (h *fieldReader) skip(sig string, depth int) error {
 	if depth > 64 || sig == "" || completeType(sig) != len(sig) {
-		return fmt.Errorf("%w: header field of type %q", errProtocol, sig)
+		return fmt.Errorf("%w: header field of type %q", wire.ErrProtocol, sig)
 	}
 	switch sig[0] {
 	case 'y':
@@ -335,7 +329,7 @@ func (h *fieldReader) skip(sig string, depth int) error {
 			return err
 		}
 		if len(sig) < 2 {
-			return fmt.Errorf("%w: header field of type %q", errProtocol, sig)
+			return fmt.Errorf("%w: header field of type %q", wire.ErrProtocol, sig)
 		}
 		if err := h.align(alignment(sig[1])); err != nil {
 			return err
@@ -348,7 +342,7 @@ func (h *fieldReader) skip(sig string, depth int) error {
 		for rest := sig[1 : len(sig)-1]; rest != ""; {
 			n := completeType(rest)
 			if n == 0 {
-				return fmt.Errorf("%w: header field of type %q", errProtocol, sig)
+				return fmt.Errorf("%w: header field of type %q", wire.ErrProtocol, sig)
 			}
 			if err := h.skip(rest[:n], depth+1); err != nil {
 				return err
@@ -357,7 +351,7 @@ func (h *fieldReader) skip(sig string, depth int) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: header field of type %q", errProtocol, sig)
+	return fmt.Errorf("%w: header field of type %q", wire.ErrProtocol, sig)
 }
 
 func (h *fieldReader) alignedDiscard(align, n int) error {

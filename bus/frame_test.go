@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 func encodeIn(t testing.TB, m *dbus.Message, order binary.ByteOrder) []byte {
@@ -26,7 +28,7 @@ func encodeIn(t testing.TB, m *dbus.Message, order binary.ByteOrder) []byte {
 // back as an array of variants arrives as it was sent.
 func TestAFrameIsReaddressedWithItsBodyAsItCame(t *testing.T) {
 	for _, order := range []binary.ByteOrder{binary.LittleEndian, binary.BigEndian} {
-		m := withBody(&dbus.Message{Type: dbus.TypeMethodReply, Headers: map[dbus.HeaderField]dbus.Variant{
+		m := wire.WithBody(&dbus.Message{Type: dbus.TypeMethodReply, Headers: map[dbus.HeaderField]dbus.Variant{
 			dbus.FieldReplySerial: dbus.MakeVariant(uint32(7)),
 			dbus.FieldDestination: dbus.MakeVariant(":1.42"),
 			dbus.FieldSender:      dbus.MakeVariant(":1.3"),
@@ -46,12 +48,12 @@ func TestAFrameIsReaddressedWithItsBodyAsItCame(t *testing.T) {
 		if !bytes.Equal(out[len(out)-(len(raw)-f.bodyAt):], raw[f.bodyAt:]) || out[0] != raw[0] {
 			t.Errorf("%v: the body or the byte order changed", order)
 		}
-		back, err := decodeMessage(out)
+		back, err := wire.Decode(out)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var units []sdUnitStatus
-		if header(back, dbus.FieldDestination) != ":nodeinit.5" || dbus.Store(back.Body[:1], &units) != nil || units[0].Name != kubepodsSlice ||
+		if wire.Header(back, dbus.FieldDestination) != ":nodeinit.5" || dbus.Store(back.Body[:1], &units) != nil || units[0].Name != kubepodsSlice ||
 			!reflect.DeepEqual(back.Headers[dbus.FieldSignature], m.Headers[dbus.FieldSignature]) {
 			t.Errorf("%v: read back %v", order, back)
 		}
@@ -62,13 +64,13 @@ func TestAFrameIsReaddressedWithItsBodyAsItCame(t *testing.T) {
 // kept (its strings clipped), and the next message is read as it comes.
 func TestAFrameOverTheLimitIsSkipped(t *testing.T) {
 	path := dbus.ObjectPath("/" + strings.Repeat("p", 2000))
-	big := encodeIn(t, withBody(&dbus.Message{Type: dbus.TypeSignal, Headers: map[dbus.HeaderField]dbus.Variant{
+	big := encodeIn(t, wire.WithBody(&dbus.Message{Type: dbus.TypeSignal, Headers: map[dbus.HeaderField]dbus.Variant{
 		dbus.FieldPath:      dbus.MakeVariant(path),
 		dbus.FieldInterface: dbus.MakeVariant("org.example.X"),
 		dbus.FieldMember:    dbus.MakeVariant("Big"),
 		dbus.FieldUnixFDs:   dbus.MakeVariant(uint32(2)),
 	}}, strings.Repeat("x", 100<<10)), binary.LittleEndian)
-	small := encodeIn(t, newSignal(":1.1", "/a", "org.example.X", "Small", "y"), binary.BigEndian)
+	small := encodeIn(t, wire.NewSignal(":1.1", "/a", "org.example.X", "Small", "y"), binary.BigEndian)
 	r := bufio.NewReaderSize(bytes.NewReader(append(big, small...)), 4096)
 	f, err := readFrame(r, 64<<10)
 	if err != nil {
@@ -110,7 +112,7 @@ func withField(raw []byte, code byte, sig string, val func(off int) []byte) []by
 // type, and not passed on; a named field of the wrong type breaks the
 // stream.
 func TestAFrameSkipsHeaderFieldsItDoesNotKnow(t *testing.T) {
-	raw := encodeIn(t, newSignal(":1.1", "/a", "org.example.X", "Unknown", "y"), binary.LittleEndian)
+	raw := encodeIn(t, wire.NewSignal(":1.1", "/a", "org.example.X", "Unknown", "y"), binary.LittleEndian)
 	// (su) "abc", 7: the struct at 8, its uint32 at 4.
 	odd := withField(raw, 200, "(su)", func(off int) []byte {
 		var b []byte
@@ -135,7 +137,7 @@ func TestAFrameSkipsHeaderFieldsItDoesNotKnow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, err := decodeMessage(out); err != nil || m.Body[0] != "y" || header(m, dbus.FieldDestination) != ":nodeinit.1" {
+	if m, err := wire.Decode(out); err != nil || m.Body[0] != "y" || wire.Header(m, dbus.FieldDestination) != ":nodeinit.1" {
 		t.Errorf("readdressed: %v, %v", m, err)
 	}
 	// A MEMBER (3) that is a uint32.
@@ -143,7 +145,7 @@ func TestAFrameSkipsHeaderFieldsItDoesNotKnow(t *testing.T) {
 		b := make([]byte, (4-off%4)%4)
 		return binary.LittleEndian.AppendUint32(b, 1)
 	})
-	if _, err := readFrame(bufio.NewReader(bytes.NewReader(bad)), maxUpstreamMessage); !errors.Is(err, errProtocol) {
+	if _, err := readFrame(bufio.NewReader(bytes.NewReader(bad)), maxUpstreamMessage); !errors.Is(err, wire.ErrProtocol) {
 		t.Errorf("a MEMBER of type u: %v", err)
 	}
 }
@@ -152,8 +154,8 @@ func TestAFrameSkipsHeaderFieldsItDoesNotKnow(t *testing.T) {
 // it must return a frame or an error, never panic, and what it passes on
 // must read back as the message it was.
 func FuzzFrame(f *testing.F) {
-	f.Add(encodeIn(f, newSignal(":1.1", "/a", "org.example.X", "Y", "z"), binary.LittleEndian))
-	f.Add(encodeIn(f, withBody(&dbus.Message{Type: dbus.TypeMethodReply, Headers: map[dbus.HeaderField]dbus.Variant{
+	f.Add(encodeIn(f, wire.NewSignal(":1.1", "/a", "org.example.X", "Y", "z"), binary.LittleEndian))
+	f.Add(encodeIn(f, wire.WithBody(&dbus.Message{Type: dbus.TypeMethodReply, Headers: map[dbus.HeaderField]dbus.Variant{
 		dbus.FieldReplySerial: dbus.MakeVariant(uint32(2)), dbus.FieldDestination: dbus.MakeVariant(":1.9"),
 	}}, []sdUnitStatus{{Name: "a", Path: "/", JobPath: "/"}}), binary.BigEndian))
 	f.Fuzz(func(t *testing.T, input []byte) {

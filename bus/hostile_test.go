@@ -20,6 +20,8 @@ import (
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 
 	"github.com/nodeinit/nodeinit/bus/service"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // The kubelet connects once when it starts and never retries: whatever
@@ -158,11 +160,11 @@ func TestPipelinedCallsAreAllAnswered(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	answered := 0
 	for answered < calls {
-		data, err := readMessage(c.r)
+		data, err := wire.ReadMessage(c.r)
 		if err != nil {
 			break
 		}
-		m, err := decodeMessage(data)
+		m, err := wire.Decode(data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,8 +195,8 @@ func TestWhatAClientCanMakeNodeinitLogIsBounded(t *testing.T) {
 		c.call(uint32(i+2), busName, busPath, busName, "AddMatch", huge)
 		m := c.message()
 		text, _ := m.Body[0].(string)
-		if m.Type != dbus.TypeError || header(m, dbus.FieldErrorName) != errMatchRuleInvalid || len(text) > clientlog.MaxErrorText+32 {
-			t.Fatalf("reply to a 60 KB rule: %s, %d bytes of text", header(m, dbus.FieldErrorName), len(text))
+		if m.Type != dbus.TypeError || wire.Header(m, dbus.FieldErrorName) != errMatchRuleInvalid || len(text) > clientlog.MaxErrorText+32 {
+			t.Fatalf("reply to a 60 KB rule: %s, %d bytes of text", wire.Header(m, dbus.FieldErrorName), len(text))
 		}
 	}
 	lines := logs.lines("Answered a D-Bus call with an error")

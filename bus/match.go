@@ -10,6 +10,8 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/nodeinit/nodeinit/internal/clientlog"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // A match rule (AddMatch, RemoveMatch): the keys and values of the rule
@@ -151,15 +153,15 @@ func (r matchRule) matches(m *dbus.Message, senders []string) bool {
 		case "sender":
 			ok = slices.Contains(senders, want)
 		case "interface":
-			ok = want == header(m, dbus.FieldInterface)
+			ok = want == wire.Header(m, dbus.FieldInterface)
 		case "member":
-			ok = want == header(m, dbus.FieldMember)
+			ok = want == wire.Header(m, dbus.FieldMember)
 		case "path":
-			ok = want == header(m, dbus.FieldPath)
+			ok = want == wire.Header(m, dbus.FieldPath)
 		case "path_namespace":
-			ok = inPathNamespace(header(m, dbus.FieldPath), want)
+			ok = inPathNamespace(wire.Header(m, dbus.FieldPath), want)
 		case "destination":
-			ok = want == header(m, dbus.FieldDestination)
+			ok = want == wire.Header(m, dbus.FieldDestination)
 		case "eavesdrop":
 			ok = true
 		case "arg0namespace":

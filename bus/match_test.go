@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 func TestParseMatchRuleUnquotesAsTheSpecificationSays(t *testing.T) {
@@ -90,7 +92,7 @@ func TestParseMatchRuleRefusesWhatDbusDaemonRefuses(t *testing.T) {
 }
 
 func TestMatchRuleMatchesPrepareForShutdown(t *testing.T) {
-	sig := newSignal(logindName, logindPath, managerIface, "PrepareForShutdown", true)
+	sig := wire.NewSignal(logindName, logindPath, managerIface, "PrepareForShutdown", true)
 	for _, tc := range []struct {
 		rule string
 		want bool
@@ -122,7 +124,7 @@ func TestMatchRuleMatchesPrepareForShutdown(t *testing.T) {
 }
 
 func TestMatchRuleArguments(t *testing.T) {
-	sig := newSignal(busName, busPath, busName, "NameOwnerChanged", "com.example.backend1.foo", dbus.ObjectPath("/aa/bb/cc"), "")
+	sig := wire.NewSignal(busName, busPath, busName, "NameOwnerChanged", "com.example.backend1.foo", dbus.ObjectPath("/aa/bb/cc"), "")
 	for _, tc := range []struct {
 		rule string
 		want bool

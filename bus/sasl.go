@@ -2,12 +2,12 @@ package bus
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // The server side of the D-Bus authentication protocol (the specification's
@@ -20,8 +20,7 @@ import (
 // godbus needs four lines (AUTH, AUTH EXTERNAL, NEGOTIATE_UNIX_FD, BEGIN),
 // sd-bus three or four.
 const (
-	maxAuthLine  = 512 // bytes of one line, \r\n included
-	maxAuthLines = 16  // lines before BEGIN
+	maxAuthLines = 16 // lines before BEGIN
 )
 
 // mechanisms is the list every REJECTED carries (the specification asks for
@@ -38,10 +37,6 @@ const (
 	waitingForBegin
 )
 
-// errAuth ends a handshake that the specification says to end by
-// disconnecting, or that went past this server's limits.
-var errAuth = errors.New("authentication failed")
-
 // auth is one server-side handshake.
 type auth struct {
 	uid   uint32 // the peer's uid as the kernel reports it
@@ -56,7 +51,7 @@ type auth struct {
 
 // run reads the client's lines from r, after its leading NUL byte, and
 // writes a reply to each with write, until BEGIN after OK (nil) or until the
-// client breaks the protocol or a limit (an error wrapping errAuth, or the
+// client breaks the protocol or a limit (an error wrapping wire.ErrAuth, or the
 // read error). Bytes after BEGIN's \r\n stay in r: they are the start of the
 // message stream.
 func (a *auth) run(r *bufio.Reader, write func([]byte) error) error {
@@ -65,13 +60,13 @@ func (a *auth) run(r *bufio.Reader, write func([]byte) error) error {
 		return err
 	}
 	if nul != 0 {
-		return fmt.Errorf("%w: the first byte is %#x, not the NUL byte", errAuth, nul)
+		return fmt.Errorf("%w: the first byte is %#x, not the NUL byte", wire.ErrAuth, nul)
 	}
 	for n := 0; ; n++ {
 		if n == maxAuthLines {
-			return fmt.Errorf("%w: no BEGIN after %d lines", errAuth, maxAuthLines)
+			return fmt.Errorf("%w: no BEGIN after %d lines", wire.ErrAuth, maxAuthLines)
 		}
-		line, err := readAuthLine(r)
+		line, err := wire.ReadAuthLine(r)
 		if err != nil {
 			return err
 		}
@@ -88,28 +83,6 @@ func (a *auth) run(r *bufio.Reader, write func([]byte) error) error {
 	}
 }
 
-// readAuthLine reads one line and returns it without its line end. The
-// specification ends lines with \r\n; a bare \n is taken too, as
-// dbus-daemon does not but costs nothing to accept.
-func readAuthLine(r *bufio.Reader) (string, error) {
-	var line []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		line = append(line, chunk...)
-		if len(line) > maxAuthLine {
-			return "", fmt.Errorf("%w: a line longer than %d bytes", errAuth, maxAuthLine)
-		}
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			return "", err
-		}
-	}
-	line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
-	return string(line), nil
-}
-
 // step answers one line. The reply has no line end; it is empty only for
 // BEGIN, which is not answered.
 func (a *auth) step(line string) (string, error) {
@@ -124,7 +97,7 @@ func (a *auth) step(line string) (string, error) {
 	switch cmd {
 	case "BEGIN":
 		if a.state != waitingForBegin {
-			return "", fmt.Errorf("%w: BEGIN before OK", errAuth)
+			return "", fmt.Errorf("%w: BEGIN before OK", wire.ErrAuth)
 		}
 		a.begun = true
 		return "", nil

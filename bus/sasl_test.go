@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 const testGUID = "0123456789abcdef0123456789abcdef"
@@ -145,17 +147,17 @@ func TestAuthAnswersEveryCommandAsTheSpecificationSays(t *testing.T) {
 }
 
 func TestAuthIsBounded(t *testing.T) {
-	long := "\x00AUTH EXTERNAL " + strings.Repeat("30", maxAuthLine) + "\r\n"
-	if _, _, _, err := runAuth(0, long); !errors.Is(err, errAuth) {
-		t.Errorf("a %d-byte line: err = %v, want errAuth", len(long), err)
+	long := "\x00AUTH EXTERNAL " + strings.Repeat("30", wire.MaxAuthLine) + "\r\n"
+	if _, _, _, err := runAuth(0, long); !errors.Is(err, wire.ErrAuth) {
+		t.Errorf("a %d-byte line: err = %v, want wire.ErrAuth", len(long), err)
 	}
 	noEnd := "\x00" + strings.Repeat("A", 10000)
-	if _, _, _, err := runAuth(0, noEnd); !errors.Is(err, errAuth) {
-		t.Errorf("10000 bytes without a line end: err = %v, want errAuth", err)
+	if _, _, _, err := runAuth(0, noEnd); !errors.Is(err, wire.ErrAuth) {
+		t.Errorf("10000 bytes without a line end: err = %v, want wire.ErrAuth", err)
 	}
 	chatty := "\x00" + strings.Repeat("AUTH\r\n", maxAuthLines+1)
 	replies, _, _, err := runAuth(0, chatty)
-	if !errors.Is(err, errAuth) || len(replies) != maxAuthLines {
-		t.Errorf("%d AUTH lines: %d replies, err = %v; want %d replies and errAuth", maxAuthLines+1, len(replies), err, maxAuthLines)
+	if !errors.Is(err, wire.ErrAuth) || len(replies) != maxAuthLines {
+		t.Errorf("%d AUTH lines: %d replies, err = %v; want %d replies and wire.ErrAuth", maxAuthLines+1, len(replies), err, maxAuthLines)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/nodeinit/nodeinit/identity"
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // The services nodeinit serves on the bus itself (package service): each
@@ -169,8 +171,8 @@ func (b *Bus) localSignal(iface, path string) bool {
 // sender may be that name or one of the service's well-known names.
 func (l *local) Emit(path dbus.ObjectPath, iface, member string, body ...any) int {
 	b := l.b
-	sig := newSignal(l.owner, path, iface, member, body...)
-	data, _, err := encodeMessage(sig, b.nextSerial())
+	sig := wire.NewSignal(l.owner, path, iface, member, body...)
+	data, _, err := wire.Encode(sig, b.nextSerial())
 	if err != nil {
 		// The service's own message: this cannot fail short of a bug.
 		klog.ErrorS(err, "Could not encode a signal", "interface", iface, "member", member)
@@ -188,7 +190,7 @@ func (l *local) Emit(path dbus.ObjectPath, iface, member string, body ...any) in
 	b.mu.Unlock()
 	sent := 0
 	for _, c := range conns {
-		if c.wants(sig, senders) && c.enqueue(outgoing{data: data}) {
+		if c.wants(sig, senders) && c.enqueue(wire.Outgoing{Data: data}) {
 			sent++
 		}
 	}

@@ -24,6 +24,8 @@ import (
 
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // The pass-through: the executor's whole system bus is nodeinit's, so
@@ -55,7 +57,7 @@ const (
 	// maxUpstreamMessage bounds one message from the upstream bus that is
 	// passed on: no more fits in the client's queue beside what it keeps
 	// for the bus's own replies. A larger one is read and dropped.
-	maxUpstreamMessage = maxQueuedBytes - passedRoom*maxReplyBytes
+	maxUpstreamMessage = wire.MaxQueuedBytes - passedRoom*maxReplyBytes
 	// maxPending bounds the client's calls that wait for the upstream's
 	// reply.
 	maxPending = 256
@@ -121,7 +123,7 @@ func unixSocket(address string) (string, error) {
 
 // passThrough is one client connection's side of it.
 type passThrough struct {
-	in *fdReader // descriptors the client sent
+	in *wire.FDReader // descriptors the client sent
 
 	mu     sync.Mutex
 	up     *upstream // from the first call that needs it
@@ -131,12 +133,12 @@ type passThrough struct {
 
 // clientReader reads the client's socket, keeping the descriptors it
 // sends for the messages that carry them.
-func (c *conn) clientReader() *fdReader {
-	r := newFDReader(c.raw)
+func (c *conn) clientReader() *wire.FDReader {
+	r := wire.NewFDReader(c.raw)
 	c.px.mu.Lock()
 	c.px.in = r
 	if c.px.closed {
-		r.close()
+		r.Close()
 	}
 	c.px.mu.Unlock()
 	return r
@@ -150,7 +152,7 @@ func (c *conn) takeFDs(m *dbus.Message) ([]int, error) {
 	if in == nil {
 		return nil, nil
 	}
-	return in.take(m)
+	return in.Take(m)
 }
 
 // closePassThrough ends the upstream connection and closes the descriptors
@@ -164,7 +166,7 @@ func (c *conn) closePassThrough() {
 		up.close()
 	}
 	if in != nil {
-		in.close()
+		in.Close()
 	}
 }
 
@@ -299,13 +301,13 @@ type upstream struct {
 	c      *conn
 	nc     *net.UnixConn
 	raw    syscall.RawConn
-	fds    *fdReader
+	fds    *wire.FDReader
 	r      *bufio.Reader
 	name   string // its unique name there
 	unixFD bool
 
 	mu      sync.Mutex
-	queue   outbox
+	queue   wire.Outbox
 	pending map[uint32]pendingKind // the client's serials waiting for a reply
 	closed  bool
 	dropped int // messages from the upstream bus not passed on
@@ -343,13 +345,13 @@ func (u *upstream) open(unixFD bool) error {
 	if err := u.nc.SetDeadline(time.Now().Add(upstreamTimeout)); err != nil {
 		return err
 	}
-	u.fds = newFDReader(u.raw)
+	u.fds = wire.NewFDReader(u.raw)
 	u.r = bufio.NewReaderSize(u.fds, 4096)
 	line := func(send string) (string, error) {
 		if err := linux.SendAll(u.raw, []byte(send), nil); err != nil {
 			return "", err
 		}
-		return readAuthLine(u.r)
+		return wire.ReadAuthLine(u.r)
 	}
 	uid := hex.EncodeToString([]byte(strconv.Itoa(os.Getuid())))
 	got, err := line("\x00AUTH EXTERNAL " + uid + "\r\n")
@@ -365,13 +367,13 @@ func (u *upstream) open(unixFD bool) error {
 		}
 		u.unixFD = got == "AGREE_UNIX_FD"
 	}
-	hello := withBody(&dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
+	hello := wire.WithBody(&dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
 		dbus.FieldDestination: dbus.MakeVariant(busName),
 		dbus.FieldPath:        dbus.MakeVariant(busPath),
 		dbus.FieldInterface:   dbus.MakeVariant(busName),
 		dbus.FieldMember:      dbus.MakeVariant("Hello"),
 	}})
-	data, _, err := encodeMessage(hello, 1)
+	data, _, err := wire.Encode(hello, 1)
 	if err != nil {
 		return err
 	}
@@ -379,11 +381,11 @@ func (u *upstream) open(unixFD bool) error {
 		return err
 	}
 	// The reply comes first; a bus sends nothing else before it.
-	raw, err := readMessage(u.r)
+	raw, err := wire.ReadMessage(u.r)
 	if err != nil {
 		return err
 	}
-	m, err := decodeMessage(raw)
+	m, err := wire.Decode(raw)
 	if err != nil {
 		return err
 	}
@@ -408,7 +410,7 @@ func (u *upstream) start() {
 // client.
 func (u *upstream) send(in *call, data []byte, fds []int, kind pendingKind) {
 	if !u.unixFD && len(fds) > 0 {
-		closeFDs(fds)
+		wire.CloseFDs(fds)
 		in.Fail(busName, &service.Error{Name: service.NotSupported, Text: "The system bus this bus passes through to did not agree to unix fd passing"})
 		return
 	}
@@ -417,27 +419,27 @@ func (u *upstream) send(in *call, data []byte, fds []int, kind pendingKind) {
 	u.mu.Lock()
 	if u.closed {
 		u.mu.Unlock()
-		closeFDs(fds)
+		wire.CloseFDs(fds)
 		return
 	}
 	if wantsReply && len(u.pending) >= maxPending {
 		u.mu.Unlock()
-		closeFDs(fds)
+		wire.CloseFDs(fds)
 		in.Fail(busName, &service.Error{Name: service.LimitsExceeded, Text: fmt.Sprintf("%d calls already wait for the system bus's replies", maxPending)})
 		return
 	}
-	if !u.queue.fits(1, len(data), maxQueued, maxQueuedBytes) {
+	if !u.queue.Fits(1, len(data), wire.MaxQueued, wire.MaxQueuedBytes) {
 		u.mu.Unlock()
-		closeFDs(fds)
+		wire.CloseFDs(fds)
 		u.fail(errors.New("it does not take the client's messages"))
 		return
 	}
 	if wantsReply {
 		u.pending[serial] = kind
 	}
-	u.queue.push(outgoing{data: data, fds: fds})
+	u.queue.Push(wire.Outgoing{Data: data, FDs: fds})
 	u.mu.Unlock()
-	notify(u.wake)
+	wire.Notify(u.wake)
 }
 
 // recovered, deferred in the upstream's reader and writer, turns a panic
@@ -463,11 +465,11 @@ func (u *upstream) writeLoop() {
 			return
 		}
 		for {
-			var o outgoing
+			var o wire.Outgoing
 			ok := false
 			u.mu.Lock()
 			if !u.closed {
-				o, ok = u.queue.pop()
+				o, ok = u.queue.Pop()
 			}
 			u.mu.Unlock()
 			if !ok {
@@ -478,9 +480,9 @@ func (u *upstream) writeLoop() {
 			}
 			err := u.nc.SetWriteDeadline(tun.now().Add(tun.writeTimeout))
 			if err == nil {
-				err = linux.SendAll(u.raw, o.data, o.fds)
+				err = linux.SendAll(u.raw, o.Data, o.FDs)
 			}
-			closeFDs(o.fds)
+			wire.CloseFDs(o.FDs)
 			if err != nil {
 				u.fail(fmt.Errorf("writing: %w", err))
 				return
@@ -497,7 +499,7 @@ func (u *upstream) readLoop() {
 		f, err := readFrame(u.r, maxUpstreamMessage)
 		var fds []int
 		if err == nil {
-			fds, err = u.fds.takeN(f.uint32Field(dbus.FieldUnixFDs))
+			fds, err = u.fds.TakeN(f.uint32Field(dbus.FieldUnixFDs))
 		}
 		if err != nil {
 			u.fail(fmt.Errorf("reading: %w", err))
@@ -547,7 +549,7 @@ func (u *upstream) deliver(f *frame, fds []int) {
 			u.drop(f, fds, "not a message godbus can read")
 			return
 		}
-		member := header(m, dbus.FieldMember)
+		member := wire.Header(m, dbus.FieldMember)
 		arg0 := ""
 		if len(m.Body) > 0 {
 			arg0, _ = m.Body[0].(string)
@@ -556,13 +558,13 @@ func (u *upstream) deliver(f *frame, fds []int) {
 			// About the upstream connection's own unique name, not the
 			// client's; or about a service there (a logind), which is not
 			// this bus's.
-			closeFDs(fds)
+			wire.CloseFDs(fds)
 			return
 		}
 	case f.typ == dbus.TypeSignal && c.bus.localSignal(iface, path):
 		// A service's names on this bus are nodeinit's: a logind of the
 		// host must not tell the kubelet to shut down.
-		closeFDs(fds)
+		wire.CloseFDs(fds)
 		return
 	case f.typ == dbus.TypeSignal && unicast && !u.wanted(f, name):
 		u.drop(f, fds, "a signal to the pass-through alone that no match rule of the client's asks for")
@@ -582,7 +584,7 @@ func (u *upstream) deliver(f *frame, fds []int) {
 	default:
 		data = f.raw
 	}
-	if !c.pass(outgoing{data: data, fds: fds}, reply, u.done) && !reply {
+	if !c.pass(wire.Outgoing{Data: data, FDs: fds}, reply, u.done) && !reply {
 		u.drop(f, nil, "the client's queue is full")
 	}
 }
@@ -609,12 +611,12 @@ func (u *upstream) refuseReply(f *frame, name string) {
 		return
 	}
 	serial := f.uint32Field(dbus.FieldReplySerial)
-	e := newError(&dbus.Message{}, busName, name, service.LimitsExceeded,
+	e := wire.NewError(&dbus.Message{}, busName, name, service.LimitsExceeded,
 		fmt.Sprintf("The reply from %s is %d bytes, more than the %d this bus passes on", clientlog.Clip(f.header(dbus.FieldSender)), f.size, maxUpstreamMessage))
 	e.Headers[dbus.FieldReplySerial] = dbus.MakeVariant(serial)
-	data, _, err := encodeMessage(e, u.c.bus.nextSerial())
+	data, _, err := wire.Encode(e, u.c.bus.nextSerial())
 	if err == nil {
-		u.c.pass(outgoing{data: data}, true, u.done)
+		u.c.pass(wire.Outgoing{Data: data}, true, u.done)
 	}
 }
 
@@ -659,7 +661,7 @@ func (b *Bus) withLocalNames(f *frame, dest string) ([]byte, error) {
 	}
 	m.Body[0] = names
 	m.Headers[dbus.FieldDestination] = dbus.MakeVariant(dest)
-	data, _, err := encodeMessage(m, f.serial)
+	data, _, err := wire.Encode(m, f.serial)
 	return data, err
 }
 
@@ -668,7 +670,7 @@ func (b *Bus) withLocalNames(f *frame, dest string) ([]byte, error) {
 // bus's bound on what clients cause), the rest at V(2); the count is
 // logged when the pass-through ends.
 func (u *upstream) drop(f *frame, fds []int, why string) {
-	closeFDs(fds)
+	wire.CloseFDs(fds)
 	u.mu.Lock()
 	u.dropped++
 	first := u.dropped == 1
@@ -695,12 +697,12 @@ func (u *upstream) fail(err error) {
 	u.closed = true
 	pending, dropped := len(u.pending), u.dropped
 	u.pending = nil
-	q := u.queue.take()
+	q := u.queue.Take()
 	u.mu.Unlock()
 	close(u.done)
 	u.nc.Close()
-	u.fds.close()
-	drop(q)
+	u.fds.Close()
+	wire.Drop(q)
 	c := u.c
 	c.px.mu.Lock()
 	c.px.failed = true

@@ -26,6 +26,8 @@ import (
 
 	"github.com/nodeinit/nodeinit/bus/service"
 	"github.com/nodeinit/nodeinit/logind"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // systemBusConfig is a system bus of the test's own: dbus-daemon's
@@ -362,7 +364,7 @@ func must(t *testing.T, err error) {
 // neighbourSignal sends, from conn, a signal addressed to dest.
 func neighbourSignal(t *testing.T, conn *dbus.Conn, dest string, iface, member string, body ...any) {
 	t.Helper()
-	m := withBody(&dbus.Message{Type: dbus.TypeSignal, Headers: map[dbus.HeaderField]dbus.Variant{
+	m := wire.WithBody(&dbus.Message{Type: dbus.TypeSignal, Headers: map[dbus.HeaderField]dbus.Variant{
 		dbus.FieldDestination: dbus.MakeVariant(dest),
 		dbus.FieldPath:        dbus.MakeVariant(dbus.ObjectPath("/org/example/Neighbour")),
 		dbus.FieldInterface:   dbus.MakeVariant(iface),
@@ -631,7 +633,7 @@ func dialRawNeighbour(t *testing.T, address string) *rawNeighbour {
 		_, err := r.ReadString('\n')
 		must(t, err)
 	}
-	_, err = readMessage(r)
+	_, err = wire.ReadMessage(r)
 	must(t, err)
 	return &rawNeighbour{nc, raw}
 }
@@ -640,13 +642,13 @@ func dialRawNeighbour(t *testing.T, address string) *rawNeighbour {
 // UnixFD values name.
 func (n *rawNeighbour) signal(t *testing.T, serial uint32, dest string, body ...any) {
 	t.Helper()
-	m := withBody(&dbus.Message{Type: dbus.TypeSignal, Headers: map[dbus.HeaderField]dbus.Variant{
+	m := wire.WithBody(&dbus.Message{Type: dbus.TypeSignal, Headers: map[dbus.HeaderField]dbus.Variant{
 		dbus.FieldDestination: dbus.MakeVariant(dest),
 		dbus.FieldPath:        dbus.MakeVariant(dbus.ObjectPath("/org/example/Neighbour")),
 		dbus.FieldInterface:   dbus.MakeVariant("org.example.Neighbour"),
 		dbus.FieldMember:      dbus.MakeVariant("WithFD"),
 	}}, body...)
-	data, fds, err := encodeMessage(m, serial)
+	data, fds, err := wire.Encode(m, serial)
 	must(t, err)
 	must(t, linux.SendAll(n.raw, data, fds))
 }

@@ -1,4 +1,4 @@
-package bus
+package wire
 
 import (
 	"errors"
@@ -13,17 +13,17 @@ import (
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
-// maxHeldFDs bounds the descriptors a peer may have sent that no message
+// MaxHeldFDs bounds the descriptors a peer may have sent that no message
 // has claimed yet: a message carries at most a few (the kubelet's none),
 // and every one held costs PID 1 a descriptor.
-const maxHeldFDs = 32
+const MaxHeldFDs = 32
 
-// fdReader reads a unix socket with recvmsg and keeps the descriptors that
+// FDReader reads a unix socket with recvmsg and keeps the descriptors that
 // come with the bytes (SCM_RIGHTS), in order, until the message they
 // belong to claims them: a sender attaches a message's descriptors to its
 // first byte, so they arrive before or with it, in the order of the
 // messages.
-type fdReader struct {
+type FDReader struct {
 	raw syscall.RawConn
 	oob []byte // Read's, which one goroutine calls
 
@@ -32,11 +32,11 @@ type fdReader struct {
 	closed bool
 }
 
-func newFDReader(raw syscall.RawConn) *fdReader {
-	return &fdReader{raw: raw, oob: make([]byte, unix.CmsgSpace(4*maxHeldFDs))}
+func NewFDReader(raw syscall.RawConn) *FDReader {
+	return &FDReader{raw: raw, oob: make([]byte, unix.CmsgSpace(4*MaxHeldFDs))}
 }
 
-func (r *fdReader) Read(p []byte) (int, error) {
+func (r *FDReader) Read(p []byte) (int, error) {
 	oob := r.oob
 	var n, oobn, flags int
 	var rerr error
@@ -53,7 +53,7 @@ func (r *fdReader) Read(p []byte) (int, error) {
 		}
 	}
 	if flags&unix.MSG_CTRUNC != 0 {
-		return 0, fmt.Errorf("%w: more descriptors at once than the %d this bus holds", errProtocol, maxHeldFDs)
+		return 0, fmt.Errorf("%w: more descriptors at once than the %d this bus holds", ErrProtocol, MaxHeldFDs)
 	}
 	if err != nil {
 		return 0, err
@@ -66,10 +66,10 @@ func (r *fdReader) Read(p []byte) (int, error) {
 
 // keep adds the descriptors of a control message to those held, or closes
 // them when the peer has sent too many.
-func (r *fdReader) keep(oob []byte) error {
+func (r *FDReader) keep(oob []byte) error {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errProtocol, err)
+		return fmt.Errorf("%w: %v", ErrProtocol, err)
 	}
 	var fds []int
 	for _, m := range msgs {
@@ -79,49 +79,49 @@ func (r *fdReader) keep(oob []byte) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || len(r.held)+len(fds) > maxHeldFDs {
-		closeFDs(fds)
+	if r.closed || len(r.held)+len(fds) > MaxHeldFDs {
+		CloseFDs(fds)
 		if r.closed {
 			return nil
 		}
-		return fmt.Errorf("%w: more than %d descriptors sent and not claimed", errProtocol, maxHeldFDs)
+		return fmt.Errorf("%w: more than %d descriptors sent and not claimed", ErrProtocol, MaxHeldFDs)
 	}
 	r.held = append(r.held, fds...)
 	return nil
 }
 
-// take hands over the descriptors message m carries (its UNIX_FDS header
+// Take hands over the descriptors message m carries (its UNIX_FDS header
 // field); the caller owns them. Fewer held than m claims breaks the
 // protocol.
-func (r *fdReader) take(m *dbus.Message) ([]int, error) {
+func (r *FDReader) Take(m *dbus.Message) ([]int, error) {
 	var n uint32
 	if v, ok := m.Headers[dbus.FieldUnixFDs]; ok {
 		n, _ = v.Value().(uint32)
 	}
-	return r.takeN(n)
+	return r.TakeN(n)
 }
 
-// takeN hands over the next n descriptors held.
-func (r *fdReader) takeN(n uint32) ([]int, error) {
+// TakeN hands over the next n descriptors held.
+func (r *FDReader) TakeN(n uint32) ([]int, error) {
 	if n == 0 {
 		return nil, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if int(n) > len(r.held) {
-		return nil, fmt.Errorf("%w: a message claims %d descriptors, %d came", errProtocol, n, len(r.held))
+		return nil, fmt.Errorf("%w: a message claims %d descriptors, %d came", ErrProtocol, n, len(r.held))
 	}
 	fds := append([]int(nil), r.held[:n]...)
 	r.held = r.held[n:]
 	return fds, nil
 }
 
-// close closes what is still held; descriptors that come later are closed
+// Close closes what is still held; descriptors that come later are closed
 // as they come.
-func (r *fdReader) close() {
+func (r *FDReader) Close() {
 	r.mu.Lock()
 	held := r.held
 	r.held, r.closed = nil, true
 	r.mu.Unlock()
-	closeFDs(held)
+	CloseFDs(held)
 }
