@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeinit/nodeinit/bus/service"
+	"github.com/nodeinit/nodeinit/bus/upstream"
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
 
@@ -115,6 +116,7 @@ type Bus struct {
 	guid     string
 	serial   atomic.Uint32
 	services []*local
+	upstream upstream.Options // of every pass-through
 
 	wg   sync.WaitGroup // every goroutine of the bus
 	done chan struct{}  // closed by Close
@@ -196,6 +198,7 @@ func newBus(path string, opts Options, tun tunables, services ...service.Service
 		// numbered after them.
 		connID: uint64(max(len(services), 1) - 1),
 	}
+	b.upstream = b.upstreamOptions()
 	b.register(services)
 	return b
 }
@@ -366,6 +369,15 @@ func (b *Bus) forget(c *conn) {
 		}
 	}
 	b.mu.Unlock()
+}
+
+// spawn runs f as one of the bus's goroutines, which Close waits for.
+func (b *Bus) spawn(f func()) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
 }
 
 func (b *Bus) nextSerial() uint32 {

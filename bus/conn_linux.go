@@ -300,12 +300,12 @@ func fitsPassed(q *wire.Outbox, size int) bool {
 	return q.Fits(1+passedRoom, size+passedRoom*maxReplyBytes, wire.MaxQueued, wire.MaxQueuedBytes)
 }
 
-// pass queues a message from the system bus when the queue has room for
+// Pass queues a message from the system bus when the queue has room for
 // it beside what it keeps for the bus's own (fitsPassed). Without room, a
 // message that may wait (a reply the client is waiting for) waits until
 // the writer makes room, the connection closes or stop closes; another is
-// dropped. It reports whether o was queued; o's fds are pass's.
-func (c *conn) pass(o wire.Outgoing, wait bool, stop <-chan struct{}) bool {
+// dropped. It reports whether o was queued; o's fds are Pass's.
+func (c *conn) Pass(o wire.Outgoing, wait bool, stop <-chan struct{}) bool {
 	for {
 		c.mu.Lock()
 		if c.closed {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeinit/nodeinit/bus/service"
+	"github.com/nodeinit/nodeinit/bus/upstream"
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 
 	"github.com/nodeinit/nodeinit/bus/internal/wire"
@@ -70,7 +71,7 @@ func (c *conn) handle(m *dbus.Message, raw []byte) error {
 		// Replies and errors answer nothing this bus asked, and a signal
 		// from a client has nobody here to go to: they are for the system
 		// bus, where there is one.
-		if c.passesThrough() && c.forward(in, plainReply) {
+		if c.passesThrough() && c.forward(in, upstream.Plain) {
 			return nil
 		}
 		klog.V(2).InfoS("Ignored a D-Bus message", "pid", c.cred.Pid, "type", m.Type.String(), "interface", clientlog.Clip(in.Iface), "member", clientlog.Clip(in.Member))

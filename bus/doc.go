@@ -10,11 +10,12 @@
 //
 // The files: bus_linux.go the socket, its accept loops, Status and Close;
 // admission_linux.go who may connect; conn_linux.go one connection's life
-// (its reader, writer and queue); sasl.go the handshake; message.go and
-// fds_linux.go a message's bytes and descriptors; dispatch_linux.go the
-// routing of a message; driver.go org.freedesktop.DBus; match.go match
+// (its reader, writer and queue); sasl.go the handshake; dispatch_linux.go
+// the routing of a message; driver.go org.freedesktop.DBus; match.go match
 // rules; services.go the services' names and what the bus does for them;
-// upstream_linux.go and frame.go the pass-through to the system bus.
+// passthrough_linux.go what goes up to the system bus. A message's bytes,
+// its descriptors and a peer's queue are package wire's (bus/internal);
+// the connection up to the system bus is package upstream's.
 //
 // # Who may connect
 //
@@ -144,7 +145,7 @@
 // The executor's system bus is this one, so anything else it runs that
 // needs the container's own system bus (a kubelet with cgroupDriver:
 // systemd talks to systemd there) would break. With Options.Upstream (see
-// UpstreamAddress: DBUS_SYSTEM_BUS_ADDRESS of nodeinit's environment, else
+// upstream.Address: DBUS_SYSTEM_BUS_ADDRESS of nodeinit's environment, else
 // /run/dbus/system_bus_socket) every message not for a service and not
 // answered by the bus itself passes through: each client connection gets
 // one connection to the system bus, opened when it first needs it (its
@@ -176,31 +177,8 @@
 // org.freedesktop.systemd1) goes to the service first, and what it leaves
 // goes up.
 //
-// Anyone on the system bus may send a signal to the pass-through's unique
-// name there (the stock policy allows any signal up to the bus's message
-// size). So what comes down that the client did not ask for is dropped: a
-// reply to no call of the client's, a signal to the pass-through alone
-// that no match rule of the client's asks for (a rule's well-known sender
-// matches none of these: the bus does not know who owns it up there),
-// signals under a service's names or objects (a logind up there:
-// org.freedesktop.login1 here is nodeinit's), and anything but a reply
-// while the client's queue is full (its room for the bus's own replies is
-// kept). A message larger than 244 KiB (the client's queue, less that
-// room) is read through a 4 KiB buffer and dropped, its descriptors
-// closed, nothing allocated for it; when it is the reply to a call of the
-// client's, the call is answered with LimitsExceeded instead, so that it
-// does not wait for ever. Each drop is counted; the first of a
-// pass-through is logged at Info ("Dropped a message from the system bus
-// for a D-Bus client"), the rest at V(2), and the count when the
-// pass-through ends. A reply the client waits for waits for room in its
-// queue, as long as the client reads. The queue up is bounded as a
-// client's is, calls waiting for a reply at 256. An upstream that fails
-// (the system bus closes the connection or goes away, a read or a write
-// fails, the reader or writer panics, the queue up fills) ends the
-// pass-through and closes the client's connection, so that its library
-// connects again, as godbus's and go-systemd's users do (runc's systemd
-// manager connects again when it finds its connection closed); its match
-// rules and names up there are gone with it. A kubelet configured for the
-// systemd cgroup driver where there is no system bus is refused at start
+// What comes down, what of it is dropped, and how a pass-through ends are
+// package upstream's. A kubelet configured for the systemd cgroup driver
+// where there is no system bus is refused at start
 // (node.KubeletConfig.RequireSystemBus).
 package bus

@@ -8,6 +8,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/nodeinit/nodeinit/bus/service"
+	"github.com/nodeinit/nodeinit/bus/upstream"
 
 	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
@@ -82,12 +83,12 @@ func (c *conn) busMethod(in *call) {
 		} else {
 			ok = c.removeMatch(in, rule, !up)
 		}
-		if ok && up && !c.forward(in, plainReply) {
+		if ok && up && !c.forward(in, upstream.Plain) {
 			in.Reply(busName)
 		}
 	default:
 		if !c.nameMethod(in) && !c.connectionMethod(in, c.passesThrough()) &&
-			!(upstreamBusMethods[in.Member] && c.passesThrough() && c.forward(in, plainReply)) {
+			!(upstreamBusMethods[in.Member] && c.passesThrough() && c.forward(in, upstream.Plain)) {
 			in.Fail(busName, in.UnknownMethod())
 		}
 	}
@@ -176,27 +177,27 @@ func (c *conn) connectionMethod(in *call, upstream bool) bool {
 func (c *conn) nameMethod(in *call) bool {
 	// With a system bus to pass through to, what is about its names, and
 	// the bus's own list and id, are the system bus's.
-	upstream := c.passesThrough()
-	if upstream {
+	behind := c.passesThrough()
+	if behind {
 		name := ""
 		if len(in.Msg.Body) > 0 {
 			name, _ = in.Msg.Body[0].(string)
 		}
 		switch in.Member {
 		case "GetNameOwner", "NameHasOwner", "StartServiceByName", "RequestName", "ReleaseName":
-			if c.bus.localOwner(name, true) == "" && c.forward(in, plainReply) {
+			if c.bus.localOwner(name, true) == "" && c.forward(in, upstream.Plain) {
 				return true
 			}
 		case "ListNames":
-			if c.forward(in, listNamesReply) {
+			if c.forward(in, upstream.ListNames) {
 				return true
 			}
 		case "ListActivatableNames", "GetId":
-			if c.forward(in, plainReply) {
+			if c.forward(in, upstream.Plain) {
 				return true
 			}
 		}
-		upstream = c.passesThrough()
+		behind = c.passesThrough()
 	}
 	one := func() (string, bool) {
 		if e := in.WantSignature("s"); e != nil {
@@ -209,7 +210,7 @@ func (c *conn) nameMethod(in *call) bool {
 	switch in.Member {
 	case "GetNameOwner":
 		if name, ok := one(); ok {
-			if owner := c.bus.localOwner(name, upstream); owner != "" {
+			if owner := c.bus.localOwner(name, behind); owner != "" {
 				in.Reply(busName, owner)
 			} else {
 				in.Fail(busName, &service.Error{Name: errNameHasNoOwner, Text: fmt.Sprintf("Could not get owner of name '%s': no such name", name)})
@@ -217,17 +218,17 @@ func (c *conn) nameMethod(in *call) bool {
 		}
 	case "NameHasOwner":
 		if name, ok := one(); ok {
-			in.Reply(busName, c.bus.localOwner(name, upstream) != "")
+			in.Reply(busName, c.bus.localOwner(name, behind) != "")
 		}
 	case "ListNames":
-		in.Reply(busName, c.bus.localNames(upstream))
+		in.Reply(busName, c.bus.localNames(behind))
 	case "StartServiceByName":
 		if e := in.WantSignature("su"); e != nil {
 			in.Fail(busName, e)
 			return true
 		}
 		name, _ := in.Msg.Body[0].(string)
-		if c.bus.localOwner(name, upstream) != "" {
+		if c.bus.localOwner(name, behind) != "" {
 			in.Reply(busName, startReplyAlreadyRunning)
 		} else {
 			in.Fail(busName, &service.Error{Name: errServiceUnknown, Text: fmt.Sprintf("The name %s was not provided by any .service files", name)})
@@ -250,7 +251,7 @@ func (c *conn) nameMethod(in *call) bool {
 		}
 		if e := c.invalidName(name); e != nil {
 			in.Fail(busName, e)
-		} else if c.bus.localOwner(name, upstream) != "" {
+		} else if c.bus.localOwner(name, behind) != "" {
 			in.Reply(busName, releaseNameNotOwner)
 		} else {
 			in.Reply(busName, releaseNameNonExistent)

@@ -211,13 +211,7 @@ func (l *local) Log() *clientlog.Log { return l.b.log }
 func (l *local) Now() time.Time { return l.b.tun.now() }
 
 // Go is service.Host's: f runs as one of the bus's goroutines.
-func (l *local) Go(f func()) {
-	l.b.wg.Add(1)
-	go func() {
-		defer l.b.wg.Done()
-		f()
-	}()
-}
+func (l *local) Go(f func()) { l.b.spawn(f) }
 
 // maxMachineIDFile bounds the machine-id file: 32 hex digits and a
 // newline, with room for white space around them.

@@ -25,6 +25,7 @@ import (
 	"github.com/nodeinit/nodeinit/test/testenv"
 
 	"github.com/nodeinit/nodeinit/bus/service"
+	"github.com/nodeinit/nodeinit/bus/upstream"
 	"github.com/nodeinit/nodeinit/logind"
 
 	"github.com/nodeinit/nodeinit/bus/internal/wire"
@@ -285,39 +286,6 @@ func TestWithoutASystemBusCallsForItFail(t *testing.T) {
 	}
 }
 
-func TestUpstreamAddressIsTheEnvironmentsOrTheSocket(t *testing.T) {
-	root := t.TempDir()
-	socket := filepath.Join(root, SystemBusSocket)
-	env := func(address string) func(string) string {
-		return func(k string) string {
-			if k == "DBUS_SYSTEM_BUS_ADDRESS" {
-				return address
-			}
-			return ""
-		}
-	}
-	check := func(what, address, want, wantErr string) {
-		t.Helper()
-		got, err := UpstreamAddress(env(address), root)
-		if got != want || (err == nil) != (wantErr == "") || err != nil && !strings.Contains(err.Error(), wantErr) {
-			t.Errorf("%s: %q, %v; want %q, %q", what, got, err, want, wantErr)
-		}
-	}
-	check("nothing", "", "", "DBUS_SYSTEM_BUS_ADDRESS is unset and there is no socket at "+socket)
-	check("a variable naming no socket", "unix:path=/nonexistent", "", "there is no socket at /nonexistent")
-	check("a tcp address", "tcp:host=localhost,port=1", "", "names no unix socket")
-	must(t, os.MkdirAll(filepath.Dir(socket), 0o755))
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
-	must(t, err)
-	defer ln.Close()
-	check("the socket", "", "unix:path="+socket, "")
-	check("the variable", "unix:path="+socket+",guid=0", "unix:path="+socket+",guid=0", "")
-	check("an abstract socket", "unix:abstract=bus%2d1", "unix:abstract=bus%2d1", "")
-	if got, err := unixSocket("tcp:host=x;unix:abstract=bus%2d1,guid=00"); err != nil || got != "@bus-1" {
-		t.Errorf("unixSocket = %q, %v", got, err)
-	}
-}
-
 // The round trip of a call through the pass-through against the same call
 // straight to dbus-daemon: one more hop through nodeinit, decoded and
 // encoded twice, and no waiting of its own (a pass-through that waited
@@ -441,9 +409,7 @@ func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
 	for c := range b.conns {
 		c.px.mu.Lock()
 		if up := c.px.up; up != nil {
-			up.mu.Lock()
-			count += up.dropped
-			up.mu.Unlock()
+			count += up.Dropped()
 		}
 		c.px.mu.Unlock()
 	}
@@ -597,7 +563,7 @@ func upstreamName(t *testing.T, b *Bus) string {
 		up := c.px.up
 		c.px.mu.Unlock()
 		if up != nil {
-			return up.name
+			return up.Name()
 		}
 	}
 	t.Fatal("no connection has a pass-through")
@@ -614,7 +580,7 @@ type rawNeighbour struct {
 
 func dialRawNeighbour(t *testing.T, address string) *rawNeighbour {
 	t.Helper()
-	path, err := unixSocket(address)
+	path, err := upstream.UnixSocket(address)
 	must(t, err)
 	nc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 	must(t, err)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeinit/nodeinit/bus"
+	"github.com/nodeinit/nodeinit/bus/upstream"
 	"github.com/nodeinit/nodeinit/config"
 	"github.com/nodeinit/nodeinit/init/supervisor"
 	"github.com/nodeinit/nodeinit/logind"
@@ -79,7 +80,7 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 	// The executor's system bus is nodeinit's: what is not for logind goes
 	// on to the container's own system bus, where it has one, unless the
 	// operator turned that off.
-	upstream, noBus := bus.UpstreamAddress(os.Getenv, "/")
+	upstream, noBus := upstream.Address(os.Getenv, "/")
 	if !gs.SystemBusPassThrough {
 		upstream, noBus = "", errors.New("--system-bus-pass-through=false")
 	}

@@ -1,0 +1,39 @@
+// Package upstream is the pass-through of nodeinit's bus (package bus) to
+// the container's own system bus: for one client connection of the bus, a
+// connection to the system bus, opened when the client first needs it and
+// authenticated as nodeinit, that takes what the bus sends up (the bus
+// decides what: its doc has the rules) and passes down what the system bus
+// sends the client. It sees the bus only through Client and Host.
+//
+// Messages go up as the client sent them (its serial, its byte order, its
+// bytes), so the replies that come down answer them as they are; what
+// comes down goes on as it came, only its destination written again to
+// the client's unique name on the bus (frame.go): its body is never
+// decoded and encoded again.
+//
+// Anyone on the system bus may send a signal to the pass-through's unique
+// name there (the stock policy allows any signal up to the bus's message
+// size). So what comes down that the client did not ask for is dropped: a
+// reply to no call of the client's, a signal to the pass-through alone
+// that no match rule of the client's asks for (a rule's well-known sender
+// matches none of these: the bus does not know who owns it up there),
+// signals under a service's names or objects (a logind up there:
+// org.freedesktop.login1 here is nodeinit's), and anything but a reply
+// while the client's queue is full (its room for the bus's own replies is
+// kept). A message larger than 244 KiB (the client's queue, less that
+// room) is read through a 4 KiB buffer and dropped, its descriptors
+// closed, nothing allocated for it; when it is the reply to a call of the
+// client's, the call is answered with LimitsExceeded instead, so that it
+// does not wait for ever. Each drop is counted; the first of a
+// pass-through is logged at Info ("Dropped a message from the system bus
+// for a D-Bus client"), the rest at V(2), and the count when the
+// pass-through ends. A reply the client waits for waits for room in its
+// queue, as long as the client reads. The queue up is bounded as a
+// client's is, calls waiting for a reply at 256. An upstream that fails
+// (the system bus closes the connection or goes away, a read or a write
+// fails, the reader or writer panics, the queue up fills) ends the
+// pass-through and closes the client's connection, so that its library
+// connects again, as godbus's and go-systemd's users do (runc's systemd
+// manager connects again when it finds its connection closed); its match
+// rules and names up there are gone with it.
+package upstream
