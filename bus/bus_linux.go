@@ -432,7 +432,7 @@ func (b *Bus) Close() error {
 		}
 	}
 	for _, c := range conns {
-		c.close()
+		c.Close()
 	}
 	for _, l := range b.services {
 		l.Close()

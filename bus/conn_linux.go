@@ -80,7 +80,7 @@ func newConn(b *Bus, nc *net.UnixConn, raw syscall.RawConn, id uint64, cred unix
 func (c *conn) serve() {
 	defer c.bus.wg.Done()
 	defer c.bus.forget(c)
-	defer c.close()
+	defer c.Close()
 	defer c.recovered("reading")
 	r := bufio.NewReaderSize(c.clientReader(), 4096)
 	// The handshake and Hello, within helloTimeout of the accept.
@@ -162,7 +162,7 @@ func (c *conn) waitRoom() bool {
 // must not end PID 1.
 func (c *conn) recovered(during string) {
 	if p := recover(); p != nil {
-		c.close()
+		c.Close()
 		c.bus.log.Error(fmt.Errorf("panic: %v", p), "A D-Bus connection failed; closed it", "pid", c.cred.Pid, "during", during, "stack", string(debug.Stack()))
 	}
 }
@@ -211,7 +211,7 @@ func (c *conn) send(m *dbus.Message, fds ...int) {
 		// and a client waiting for a reply must not wait forever.
 		wire.CloseFDs(fds)
 		c.bus.log.Error(err, "Could not encode a D-Bus message; dropping the connection", "pid", c.cred.Pid, "message", clientlog.ClipTo(m.String(), clientlog.MaxErrorText))
-		c.close()
+		c.Close()
 		return
 	}
 	c.enqueue(wire.Outgoing{Data: data, FDs: sendFDs})
@@ -233,7 +233,7 @@ func (c *conn) enqueue(o wire.Outgoing) bool {
 		c.mu.Unlock()
 		wire.CloseFDs(o.FDs)
 		c.bus.log.Info("Dropped a D-Bus connection that does not read its messages", "pid", c.cred.Pid, "name", name, "queued", n, "bytes", size)
-		c.close()
+		c.Close()
 		return false
 	}
 	c.queue.Push(o)
@@ -265,7 +265,7 @@ func (c *conn) writeLoop() {
 			wire.CloseFDs(o.FDs)
 			if err != nil {
 				c.ended("writing", err)
-				c.close()
+				c.Close()
 				return
 			}
 		}
@@ -334,10 +334,10 @@ func (c *conn) Pass(o wire.Outgoing, wait bool, stop <-chan struct{}) bool {
 	}
 }
 
-// close ends the connection: both goroutines return, and the fds of
+// Close ends the connection: both goroutines return, and the fds of
 // messages never sent are closed. It may be called any number of times,
 // from any goroutine.
-func (c *conn) close() {
+func (c *conn) Close() {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -352,9 +352,9 @@ func (c *conn) close() {
 	c.closePassThrough()
 }
 
-// wants reports whether the connection has said Hello and has a match rule
+// Wants reports whether the connection has said Hello and has a match rule
 // for the broadcast m from senders (matchRule.matches).
-func (c *conn) wants(m *dbus.Message, senders []string) bool {
+func (c *conn) Wants(m *dbus.Message, senders []string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.name == "" || c.closed {

@@ -209,10 +209,6 @@ func (c *conn) Name() string {
 
 func (c *conn) Pid() int32 { return c.cred.Pid }
 
-func (c *conn) Wants(m *dbus.Message, senders []string) bool { return c.wants(m, senders) }
-
-func (c *conn) Close() { c.close() }
-
 func (c *conn) Ended() (closing bool) {
 	c.px.mu.Lock()
 	defer c.px.mu.Unlock()

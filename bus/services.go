@@ -84,10 +84,7 @@ func (b *Bus) connNamed(name string) *conn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for c := range b.conns {
-		c.mu.Lock()
-		n := c.name
-		c.mu.Unlock()
-		if n == name {
+		if c.Name() == name {
 			return c
 		}
 	}
@@ -123,11 +120,9 @@ func (b *Bus) localNames(upstream bool) []string {
 	b.mu.Lock()
 	var unique []string
 	for c := range b.conns {
-		c.mu.Lock()
-		if c.name != "" {
-			unique = append(unique, c.name)
+		if n := c.Name(); n != "" {
+			unique = append(unique, n)
 		}
-		c.mu.Unlock()
 	}
 	b.mu.Unlock()
 	slices.Sort(unique)
@@ -190,7 +185,7 @@ func (l *local) Emit(path dbus.ObjectPath, iface, member string, body ...any) in
 	b.mu.Unlock()
 	sent := 0
 	for _, c := range conns {
-		if c.wants(sig, senders) && c.enqueue(wire.Outgoing{Data: data}) {
+		if c.Wants(sig, senders) && c.enqueue(wire.Outgoing{Data: data}) {
 			sent++
 		}
 	}
