@@ -247,28 +247,10 @@ func (c *conn) enqueue(o wire.Outgoing) bool {
 func (c *conn) writeLoop() {
 	defer c.bus.wg.Done()
 	defer c.recovered("writing")
-	for {
-		select {
-		case <-c.wake:
-		case <-c.done:
-			return
-		}
-		for {
-			o, ok := c.pop()
-			if !ok {
-				break
-			}
-			err := c.nc.SetWriteDeadline(c.bus.tun.now().Add(c.bus.tun.writeTimeout))
-			if err == nil {
-				err = linux.SendAll(c.raw, o.Data, o.FDs)
-			}
-			wire.CloseFDs(o.FDs)
-			if err != nil {
-				c.ended("writing", err)
-				c.Close()
-				return
-			}
-		}
+	deadline := func() time.Time { return c.bus.tun.now().Add(c.bus.tun.writeTimeout) }
+	if err := wire.Send(c.nc, c.raw, c.wake, c.done, c.pop, deadline); err != nil {
+		c.ended("writing", err)
+		c.Close()
 	}
 }
 

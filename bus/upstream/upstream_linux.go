@@ -341,37 +341,24 @@ func (u *Conn) recovered(during string) {
 
 func (u *Conn) writeLoop() {
 	defer u.recovered("writing to the system bus")
-	for {
-		select {
-		case <-u.wake:
-		case <-u.done:
-			return
+	deadline := func() time.Time {
+		if u.opts.Hook != nil {
+			u.opts.Hook("writing")
 		}
-		for {
-			var o wire.Outgoing
-			ok := false
-			u.mu.Lock()
-			if !u.closed {
-				o, ok = u.queue.Pop()
-			}
-			u.mu.Unlock()
-			if !ok {
-				break
-			}
-			if u.opts.Hook != nil {
-				u.opts.Hook("writing")
-			}
-			err := u.nc.SetWriteDeadline(u.opts.Now().Add(u.opts.WriteTimeout))
-			if err == nil {
-				err = linux.SendAll(u.raw, o.Data, o.FDs)
-			}
-			wire.CloseFDs(o.FDs)
-			if err != nil {
-				u.fail(fmt.Errorf("writing: %w", err))
-				return
-			}
-		}
+		return u.opts.Now().Add(u.opts.WriteTimeout)
 	}
+	if err := wire.Send(u.nc, u.raw, u.wake, u.done, u.pop, deadline); err != nil {
+		u.fail(fmt.Errorf("writing: %w", err))
+	}
+}
+
+func (u *Conn) pop() (wire.Outgoing, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return wire.Outgoing{}, false
+	}
+	return u.queue.Pop()
 }
 
 func (u *Conn) readLoop() {
