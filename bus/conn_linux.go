@@ -54,7 +54,7 @@ type conn struct {
 
 	// unixFD: the peer agreed to unix fd passing. Reader goroutine only.
 	unixFD bool
-	// px is the pass-through to the system bus (upstream_linux.go).
+	// px is the pass-through to the system bus (passthrough_linux.go).
 	px passThrough
 
 	mu     sync.Mutex
