@@ -151,16 +151,8 @@
 // one connection to the system bus, opened when it first needs it (its
 // first AddMatch that the system bus could answer, or a call for a name
 // this bus does not have), authenticated as nodeinit, with unix fd passing
-// when the client has it. Calls and the client's replies and signals go up
-// as the client sent them: its bytes, its byte order, its serials.
-// Replies, errors, signals and calls come down as they came, their body
-// untouched, only a destination written again (to the client's unique name
-// here), the descriptors they carry passed on. Nothing passed through is
-// decoded and encoded again: godbus writes a decoded struct back as an
-// array of variants, which dbus-daemon takes for a corrupt message and
-// answers by closing the connection (the kubelet's systemd cgroup driver
-// sends StartTransientUnit with an a(sv); ListUnits answers an
-// a(ssssssouso)). AddMatch and RemoveMatch hold here and also go up, and
+// when the client has it; messages pass byte for byte (package upstream).
+// AddMatch and RemoveMatch hold here and also go up, and
 // the system bus answers them, once the rule holds there (go-systemd adds
 // its rule for JobRemoved on one connection and starts the job on
 // another: an answer before the rule held could lose the job's end),

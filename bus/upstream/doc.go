@@ -5,11 +5,16 @@
 // decides what: its doc has the rules) and passes down what the system bus
 // sends the client. It sees the bus only through Client and Host.
 //
-// Messages go up as the client sent them (its serial, its byte order, its
-// bytes), so the replies that come down answer them as they are; what
-// comes down goes on as it came, only its destination written again to
-// the client's unique name on the bus (frame.go): its body is never
-// decoded and encoded again.
+// Calls and the client's replies and signals go up as the client sent
+// them: its bytes, its byte order, its serials, so the replies that come
+// down answer them as they are. Replies, errors, signals and calls come
+// down as they came, their body untouched, only a destination written
+// again (to the client's unique name on the bus; frame.go), the
+// descriptors they carry passed on. Nothing passed through is decoded and
+// encoded again: godbus writes a decoded struct back as an array of
+// variants, which dbus-daemon takes for a corrupt message and answers by
+// closing the connection (the kubelet's systemd cgroup driver sends
+// StartTransientUnit with an a(sv); ListUnits answers an a(ssssssouso)).
 //
 // Anyone on the system bus may send a signal to the pass-through's unique
 // name there (the stock policy allows any signal up to the bus's message

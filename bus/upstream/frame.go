@@ -12,13 +12,9 @@ import (
 	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
-// A message from the system bus is passed on as it came: its body is never
-// decoded and encoded again. godbus decodes a struct as a []any, which it
-// would encode again as an array of variants, so a StartTransientUnit's
-// a(sv) or a ListUnits reply's a(ssssssouso) would go on with bytes that
-// no longer fit their signature, and dbus-daemon drops a connection that
-// sends such a message. Only the header is read, to route the message and
-// to address it to the client's name here, and written again when the
+// A message from the system bus is passed on as it came (the package doc
+// says why): only its header is read, to route the message and to address
+// it to the client's name on the bus, and written again when the
 // destination changes.
 
 // frame is one message from the system bus: its header fields, decoded,
