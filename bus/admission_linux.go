@@ -7,10 +7,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 	"github.com/nodeinit/nodeinit/init/proctree"
 	"github.com/nodeinit/nodeinit/internal/linux"
-
-	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // Who may use the bus: the executor and the processes below it, and nobody

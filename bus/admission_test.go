@@ -14,9 +14,8 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeinit/nodeinit/test/testenv"
-
 	"github.com/nodeinit/nodeinit/bus/service"
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 // refused waits until the bus has refused want connections in all, and

@@ -18,12 +18,11 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 	"github.com/nodeinit/nodeinit/bus/service"
 	"github.com/nodeinit/nodeinit/bus/upstream"
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
-
-	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // Limits of the bus as a whole.

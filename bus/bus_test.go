@@ -18,9 +18,8 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeinit/nodeinit/bus/service"
-
 	"github.com/nodeinit/nodeinit/bus/internal/wire"
+	"github.com/nodeinit/nodeinit/bus/service"
 )
 
 // listen serves a bus in the test's temporary directory, closed at the end

@@ -16,10 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
-
-	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // Limits of one connection.

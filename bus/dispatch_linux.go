@@ -7,11 +7,10 @@ import (
 	"github.com/godbus/dbus/v5"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 	"github.com/nodeinit/nodeinit/bus/service"
 	"github.com/nodeinit/nodeinit/bus/upstream"
 	"github.com/nodeinit/nodeinit/internal/clientlog"
-
-	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // D-Bus error names the bus itself answers with (a service's are in

@@ -7,10 +7,9 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 	"github.com/nodeinit/nodeinit/bus/service"
 	"github.com/nodeinit/nodeinit/bus/upstream"
-
-	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // The bus's driver: what it answers as org.freedesktop.DBus, the bus

@@ -7,9 +7,8 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeinit/nodeinit/bus/service"
-
 	"github.com/nodeinit/nodeinit/bus/internal/wire"
+	"github.com/nodeinit/nodeinit/bus/service"
 )
 
 // sendWithFDs writes a call with fds attached, as SCM_RIGHTS on its first

@@ -17,11 +17,9 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeinit/nodeinit/internal/clientlog"
-
-	"github.com/nodeinit/nodeinit/bus/service"
-
 	"github.com/nodeinit/nodeinit/bus/internal/wire"
+	"github.com/nodeinit/nodeinit/bus/service"
+	"github.com/nodeinit/nodeinit/internal/clientlog"
 )
 
 // The kubelet connects once when it starts and never retries: whatever

@@ -9,9 +9,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/nodeinit/nodeinit/internal/clientlog"
-
 	"github.com/nodeinit/nodeinit/bus/internal/wire"
+	"github.com/nodeinit/nodeinit/internal/clientlog"
 )
 
 // A match rule (AddMatch, RemoveMatch): the keys and values of the rule

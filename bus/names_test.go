@@ -15,9 +15,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/nodeinit/nodeinit/test/testenv"
-
 	"github.com/nodeinit/nodeinit/bus/service"
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 func TestTheBusAnswersWhatClientsAskFirst(t *testing.T) {

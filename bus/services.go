@@ -13,12 +13,11 @@ import (
 	"github.com/godbus/dbus/v5"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 	"github.com/nodeinit/nodeinit/bus/service"
 	"github.com/nodeinit/nodeinit/identity"
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
-
-	"github.com/nodeinit/nodeinit/bus/internal/wire"
 )
 
 // The services nodeinit serves on the bus itself (package service): each

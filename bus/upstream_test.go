@@ -21,14 +21,12 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeinit/nodeinit/internal/linux"
-	"github.com/nodeinit/nodeinit/test/testenv"
-
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
 	"github.com/nodeinit/nodeinit/bus/service"
 	"github.com/nodeinit/nodeinit/bus/upstream"
+	"github.com/nodeinit/nodeinit/internal/linux"
 	"github.com/nodeinit/nodeinit/logind"
-
-	"github.com/nodeinit/nodeinit/bus/internal/wire"
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 // systemBusConfig is a system bus of the test's own: dbus-daemon's
