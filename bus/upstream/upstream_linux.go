@@ -34,9 +34,9 @@ const (
 
 // Limits of the pass-through.
 const (
-	// Timeout bounds opening the connection: the dial, the handshake and
+	// dialTimeout bounds opening the connection: the dial, the handshake and
 	// Hello, while the client's call waits.
-	Timeout = 5 * time.Second
+	dialTimeout = 5 * time.Second
 	// maxPending bounds the client's calls that wait for the upstream's
 	// reply.
 	maxPending = 256
@@ -194,14 +194,14 @@ type Conn struct {
 
 // Dial connects to the system bus at o.Address for the client c of the
 // bus h, authenticates as nodeinit (EXTERNAL, with unix fd passing when
-// unixFD, the client has it) and says Hello, within Timeout. Start starts
+// unixFD, the client has it) and says Hello, within dialTimeout. Start starts
 // passing messages.
 func Dial(c Client, h Host, o *Options, unixFD bool) (*Conn, error) {
 	path, err := UnixSocket(o.Address)
 	if err != nil {
 		return nil, err
 	}
-	d := net.Dialer{Timeout: Timeout}
+	d := net.Dialer{Timeout: dialTimeout}
 	nc, err := d.Dial("unix", path)
 	if err != nil {
 		return nil, err
@@ -219,7 +219,7 @@ func (u *Conn) open(unixFD bool) error {
 	if u.raw, err = u.nc.SyscallConn(); err != nil {
 		return err
 	}
-	if err := u.nc.SetDeadline(time.Now().Add(Timeout)); err != nil {
+	if err := u.nc.SetDeadline(time.Now().Add(dialTimeout)); err != nil {
 		return err
 	}
 	u.fds = wire.NewFDReader(u.raw)
