@@ -105,8 +105,13 @@ type Plan struct {
 	root   string
 }
 
-// Valid reports whether id is a machine-id as systemd writes it: 32
-// lowercase hexadecimal digits, not all zero.
+// Valid reports whether id is a machine-id as systemd writes it and
+// machine-id(5) defines it: 32 lowercase hexadecimal digits, not all zero
+// (systemd refuses the null id as unset). systemd's reader,
+// sd_id128_from_string, also takes upper-case digits and the UUID form;
+// nodeinit holds the file to the writer's rule, so that what it reads,
+// mounts and answers on its bus (Peer.GetMachineId) is the id the kubelet
+// reports, byte for byte. It is the one check of a machine-id in nodeinit.
 func Valid(id string) bool {
 	if len(id) != 32 || strings.Trim(id, "0") == "" {
 		return false

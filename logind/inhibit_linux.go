@@ -1,15 +1,15 @@
 package logind
 
 import (
-	"cmp"
 	"fmt"
 	"os"
 	"runtime/debug"
-	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/bus/service"
+	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
@@ -25,6 +25,18 @@ type inhibitor struct {
 	r        *os.File // read end, non-blocking, in Go's poller
 }
 
+// Limits of the delay locks: they keep one process, or a handful, from
+// taking what the kubelet needs.
+const (
+	// maxInhibitorsPerPeer bounds the delay locks one process takes. The
+	// kubelet holds one, two for a moment when it takes a new one before
+	// releasing the old.
+	maxInhibitorsPerPeer = 4
+	// maxInhibitors bounds the delay locks held at once, those of the
+	// executor process itself aside.
+	maxInhibitors = 64
+)
+
 // lockPipeSize is the capacity asked for an inhibitor's pipe: the least
 // the kernel gives (a page). Nothing is ever read from it, so what a
 // client writes into its end fills it and then blocks the client.
@@ -33,31 +45,33 @@ const lockPipeSize = 4096
 // inhibit takes a shutdown delay lock for the peer cred and returns the
 // write end of its pipe, which the caller sends to the client and then
 // closes.
-func (b *Bus) inhibit(cred unix.Ucred, who, why string) (int, *callError) {
+func (l *Logind) inhibit(cred unix.Ucred, who, why string) (int, *service.Error) {
 	var p [2]int
 	if err := linux.Pipe2(&p, 0); err != nil {
-		return -1, &callError{errFailed, fmt.Sprintf("Could not make the inhibitor's pipe: %v", err)}
+		return -1, &service.Error{Name: service.Failed, Text: fmt.Sprintf("Could not make the inhibitor's pipe: %v", err)}
 	}
 	// Non-blocking, the read end waits in Go's poller, not on a thread,
 	// and Close unblocks it.
 	if err := linux.SetNonblock(p[0], true); err != nil {
-		closeFDs(p[:])
-		return -1, &callError{errFailed, fmt.Sprintf("Could not make the inhibitor's pipe: %v", err)}
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return -1, &service.Error{Name: service.Failed, Text: fmt.Sprintf("Could not make the inhibitor's pipe: %v", err)}
 	}
 	// A smaller pipe only bounds sooner what a writer can put in; a
 	// kernel that refuses keeps the default.
 	_, _ = linux.SetPipeSize(p[0], lockPipeSize)
-	in := &inhibitor{who: clip(who), why: clip(why), pid: cred.Pid, uid: cred.Uid, since: b.tun.now(),
+	in := &inhibitor{who: clientlog.Clip(who), why: clientlog.Clip(why), pid: cred.Pid, uid: cred.Uid, since: l.host.Now(),
 		r: os.NewFile(uintptr(p[0]), "inhibitor")}
 
-	b.mu.Lock()
-	var refused *callError
-	own, held, others := int(cred.Pid) == b.executor.pid, 0, 0
-	for h := range b.inhibitors {
+	executor := l.host.Executor()
+	l.mu.Lock()
+	var refused *service.Error
+	own, held, others := int(cred.Pid) == executor, 0, 0
+	for h := range l.inhibitors {
 		switch {
 		case h.pid == cred.Pid:
 			held++
-		case int(h.pid) != b.executor.pid:
+		case int(h.pid) != executor:
 			others++
 		}
 	}
@@ -65,30 +79,29 @@ func (b *Bus) inhibit(cred unix.Ucred, who, why string) (int, *callError) {
 		others += held
 	}
 	switch {
-	case b.closed:
-		refused = &callError{errFailed, "The bus is closing"}
-	case b.drained != nil:
-		refused = &callError{errOperationInProgress, "The operation inhibition has been requested for is already running"}
+	case l.closed:
+		refused = &service.Error{Name: service.Failed, Text: "The bus is closing"}
+	case l.drained != nil:
+		refused = &service.Error{Name: errOperationInProgress, Text: "The operation inhibition has been requested for is already running"}
 	case held >= maxInhibitorsPerPeer:
-		refused = &callError{errLimitsExceeded, fmt.Sprintf("This process holds %d inhibitors, the most one may hold", held)}
+		refused = &service.Error{Name: service.LimitsExceeded, Text: fmt.Sprintf("This process holds %d inhibitors, the most one may hold", held)}
 	case !own && others >= maxInhibitors:
-		refused = &callError{errLimitsExceeded, fmt.Sprintf("Too many inhibitors (%d), refusing", others)}
+		refused = &service.Error{Name: service.LimitsExceeded, Text: fmt.Sprintf("Too many inhibitors (%d), refusing", others)}
 	}
 	if refused != nil {
-		b.mu.Unlock()
+		l.mu.Unlock()
 		in.r.Close()
 		unix.Close(p[1])
 		return -1, refused
 	}
-	b.inhibitorID++
-	in.id = b.inhibitorID
-	b.inhibitors[in] = struct{}{}
-	n := len(b.inhibitors)
-	b.wg.Add(1)
-	b.mu.Unlock()
+	l.inhibitorID++
+	in.id = l.inhibitorID
+	l.inhibitors[in] = struct{}{}
+	n := len(l.inhibitors)
+	l.mu.Unlock()
 
-	go b.watch(in)
-	b.log.info("Took a shutdown delay inhibitor", "who", in.who, "why", in.why, "pid", in.pid, "uid", in.uid, "inhibitors", n)
+	l.host.Go(func() { l.watch(in) })
+	l.host.Log().Info("Took a shutdown delay inhibitor", "who", in.who, "why", in.why, "pid", in.pid, "uid", in.uid, "inhibitors", n)
 	return p[1], nil
 }
 
@@ -102,14 +115,10 @@ type listedInhibitor struct {
 // whoever holds it (logind asks no privilege for the list), with what,
 // who, why (as clipped when taken), mode, uid and pid; in the order they
 // were taken.
-func (b *Bus) listInhibitors() []listedInhibitor {
-	b.mu.Lock()
-	held := make([]*inhibitor, 0, len(b.inhibitors))
-	for in := range b.inhibitors {
-		held = append(held, in)
-	}
-	b.mu.Unlock()
-	slices.SortFunc(held, func(x, y *inhibitor) int { return cmp.Compare(x.id, y.id) })
+func (l *Logind) listInhibitors() []listedInhibitor {
+	l.mu.Lock()
+	held := l.held()
+	l.mu.Unlock()
 	list := make([]listedInhibitor, 0, len(held))
 	for _, in := range held {
 		list = append(list, listedInhibitor{"shutdown", in.who, in.why, "delay", in.uid, uint32(in.pid)})
@@ -122,14 +131,13 @@ func (b *Bus) listInhibitors() []listedInhibitor {
 // read end. It never reads: what a client writes into its end stays there,
 // and costs the bus one wake-up per write until the pipe is full, then
 // none (logind, too, only waits for the hang-up). A panic releases the lock.
-func (b *Bus) watch(in *inhibitor) {
-	defer b.wg.Done()
+func (l *Logind) watch(in *inhibitor) {
 	defer func() {
 		if p := recover(); p != nil {
-			b.log.error(fmt.Errorf("panic: %v", p), "Watching a shutdown delay inhibitor failed; released it", "pid", in.pid, "stack", string(debug.Stack()))
+			l.host.Log().Error(fmt.Errorf("panic: %v", p), "Watching a shutdown delay inhibitor failed; released it", "pid", in.pid, "stack", string(debug.Stack()))
 		}
 	}()
-	defer b.release(in)
+	defer l.release(in)
 	defer in.r.Close()
 	rc, err := in.r.SyscallConn()
 	if err != nil {
@@ -143,17 +151,14 @@ func (b *Bus) watch(in *inhibitor) {
 	})
 }
 
-func (b *Bus) release(in *inhibitor) {
-	b.mu.Lock()
-	delete(b.inhibitors, in)
-	n := len(b.inhibitors)
-	if n == 0 && b.drained != nil && !b.drainedClosed {
-		close(b.drained)
-		b.drainedClosed = true
+func (l *Logind) release(in *inhibitor) {
+	l.mu.Lock()
+	delete(l.inhibitors, in)
+	n := len(l.inhibitors)
+	if n == 0 && l.drained != nil && !l.drainedClosed {
+		close(l.drained)
+		l.drainedClosed = true
 	}
-	b.mu.Unlock()
-	b.log.info("Released a shutdown delay inhibitor", "who", in.who, "pid", in.pid, "held", b.tun.now().Sub(in.since).Round(time.Millisecond), "inhibitors", n)
-	if b.tun.afterRelease != nil {
-		b.tun.afterRelease()
-	}
+	l.mu.Unlock()
+	l.host.Log().Info("Released a shutdown delay inhibitor", "who", in.who, "pid", in.pid, "held", l.host.Now().Sub(in.since).Round(time.Millisecond), "inhibitors", n)
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeinit/nodeinit/bus/service"
 )
 
 // The part of systemd's manager the kubelet calls: KillUnit of logind with
@@ -57,7 +59,7 @@ const MaxInhibitDelay = time.Hour
 // Options.InhibitDelayMax, or InhibitDelayMaxSec from logind's
 // configuration files as of the last reload (KillUnit of
 // systemd-logind.service with SIGHUP). The drain waits at most this long.
-func (b *Bus) InhibitDelayMax() time.Duration { return time.Duration(b.logind.delay.Load()) }
+func (l *Logind) InhibitDelayMax() time.Duration { return time.Duration(l.conf.delay.Load()) }
 
 // reload re-reads logind's configuration, as logind does on SIGHUP: it
 // starts from its defaults (here Options.InhibitDelayMax) and applies the
@@ -95,25 +97,25 @@ func (s *logindState) reload(pid int32) time.Duration {
 // upstream system bus, every call to systemd as a systemd that has no
 // other unit would. It reports false for a call the upstream bus should
 // get.
-func (c *conn) systemdMethod(in *call, upstream bool) bool {
-	isKill := in.path == string(systemdPath) && in.member == "KillUnit" && (in.iface == systemdIface || in.iface == "")
-	if isKill && in.sig == "ssi" {
-		unit, _ := in.msg.Body[0].(string)
+func (l *Logind) systemdMethod(in *service.Call, upstream bool) bool {
+	isKill := in.Path == string(systemdPath) && in.Member == "KillUnit" && (in.Iface == systemdIface || in.Iface == "")
+	if isKill && in.Sig == "ssi" {
+		unit, _ := in.Msg.Body[0].(string)
 		if !logindUnits[unit] && upstream {
 			return false
 		}
-		c.killUnit(in, unit)
+		l.killUnit(in, unit)
 		return true
 	}
 	switch {
 	case upstream:
 		return false
 	case isKill:
-		c.fail(in, systemdName, wantSignature(in, "ssi"))
-	case in.path != string(systemdPath):
-		c.fail(in, systemdName, &callError{errUnknownObject, fmt.Sprintf("Unknown object '%s'.", in.path)})
+		in.Fail(systemdName, in.WantSignature("ssi"))
+	case in.Path != string(systemdPath):
+		in.Fail(systemdName, in.UnknownObject())
 	default:
-		c.fail(in, systemdName, unknownMethod(in))
+		in.Fail(systemdName, in.UnknownMethod())
 	}
 	return true
 }
@@ -125,22 +127,22 @@ func (c *conn) systemdMethod(in *call, upstream bool) bool {
 // comes before logind has reloaded; the kubelet reads at once and may
 // race it). Any other signal to logind is refused: logind here is
 // nodeinit itself.
-func (c *conn) killUnit(in *call, unit string) {
-	whom, _ := in.msg.Body[1].(string)
-	sig, _ := in.msg.Body[2].(int32)
+func (l *Logind) killUnit(in *service.Call, unit string) {
+	whom, _ := in.Msg.Body[1].(string)
+	sig, _ := in.Msg.Body[2].(int32)
 	switch {
 	case !killWhom[whom]:
-		c.fail(in, systemdName, &callError{errInvalidArgs, fmt.Sprintf("Invalid who argument: %s", whom)})
+		in.Fail(systemdName, &service.Error{Name: service.InvalidArgs, Text: fmt.Sprintf("Invalid who argument: %s", whom)})
 	case sig <= 0 || sig >= 65:
-		c.fail(in, systemdName, &callError{errInvalidArgs, "Signal number out of range."})
+		in.Fail(systemdName, &service.Error{Name: service.InvalidArgs, Text: "Signal number out of range."})
 	case !logindUnits[unit]:
-		c.fail(in, systemdName, &callError{errNoSuchUnit, fmt.Sprintf("Unit %s not found.", strings.ToValidUTF8(unit, "\uFFFD"))})
+		in.Fail(systemdName, &service.Error{Name: errNoSuchUnit, Text: fmt.Sprintf("Unit %s not found.", strings.ToValidUTF8(unit, "\uFFFD"))})
 	case strings.HasPrefix(whom, "control"):
-		c.fail(in, systemdName, &callError{errNoSuchProc, "No control process to kill"})
+		in.Fail(systemdName, &service.Error{Name: errNoSuchProc, Text: "No control process to kill"})
 	case sig != int32(unix.SIGHUP):
-		c.fail(in, systemdName, &callError{errNotSupported, fmt.Sprintf("logind is served by nodeinit, which takes SIGHUP (reload its configuration) and no signal %d", sig)})
+		in.Fail(systemdName, &service.Error{Name: service.NotSupported, Text: fmt.Sprintf("logind is served by nodeinit, which takes SIGHUP (reload its configuration) and no signal %d", sig)})
 	default:
-		c.bus.logind.reload(c.cred.Pid)
-		c.reply(in, systemdName)
+		l.conf.reload(in.Caller.Pid)
+		in.Reply(systemdName)
 	}
 }

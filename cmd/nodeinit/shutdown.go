@@ -11,6 +11,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/bus"
+	"github.com/nodeinit/nodeinit/bus/upstream"
 	"github.com/nodeinit/nodeinit/config"
 	"github.com/nodeinit/nodeinit/init/supervisor"
 	"github.com/nodeinit/nodeinit/logind"
@@ -24,18 +26,19 @@ const busEnv = "DBUS_SYSTEM_BUS_ADDRESS"
 // nodeDrain is graceful node shutdown: the login1 bus the executor is given,
 // as the supervisor's Drainer.
 type nodeDrain struct {
-	bus *logind.Bus
-	dir string // the bus socket's private directory
+	bus    *bus.Bus
+	logind *logind.Logind
+	dir    string // the bus socket's private directory
 }
 
 // Drain emits PrepareForShutdown(true); the kubelet ends its pods and
 // releases its delay lock, which closes the channel.
-func (d *nodeDrain) Drain() <-chan struct{} { return d.bus.PrepareForShutdown() }
+func (d *nodeDrain) Drain() <-chan struct{} { return d.logind.PrepareForShutdown() }
 
 // Timeout is the delay in force: what the bus reports as
 // InhibitDelayMaxUSec now, which a reload of logind's configuration may
 // have changed since start.
-func (d *nodeDrain) Timeout() time.Duration { return d.bus.InhibitDelayMax() }
+func (d *nodeDrain) Timeout() time.Duration { return d.logind.InhibitDelayMax() }
 
 func (d *nodeDrain) Status() string { return d.bus.Status() }
 
@@ -77,22 +80,19 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 	// The executor's system bus is nodeinit's: what is not for logind goes
 	// on to the container's own system bus, where it has one, unless the
 	// operator turned that off.
-	upstream, noBus := logind.UpstreamAddress(os.Getenv, "/")
+	upstream, noBus := upstream.Address(os.Getenv, "/")
 	if !gs.SystemBusPassThrough {
 		upstream, noBus = "", errors.New("--system-bus-pass-through=false")
 	}
-	if err := logind.RequireSystemBus(kubelet.CgroupDriver(), noBus); err != nil {
+	if err := kubelet.RequireSystemBus(noBus); err != nil {
 		return nil, "", err
 	}
 	dir, err := os.MkdirTemp(cmp.Or(runDir(), os.TempDir()), "nodeinit-bus-")
 	if err != nil {
 		return nil, "", fmt.Errorf("make the login1 bus's directory: %w", err)
 	}
-	d := &nodeDrain{dir: dir}
-	d.bus, err = logind.Listen(filepath.Join(dir, "system_bus_socket"), logind.Options{
-		InhibitDelayMax: delay,
-		Upstream:        upstream,
-	})
+	d := &nodeDrain{dir: dir, logind: logind.New(logind.Options{InhibitDelayMax: delay})}
+	d.bus, err = bus.Listen(filepath.Join(dir, "system_bus_socket"), bus.Options{Upstream: upstream}, d.logind)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, "", err

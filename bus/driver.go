@@ -1,0 +1,367 @@
+package bus
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/nodeinit/nodeinit/bus/internal/wire"
+	"github.com/nodeinit/nodeinit/bus/service"
+	"github.com/nodeinit/nodeinit/bus/upstream"
+)
+
+// The bus's driver: what it answers as org.freedesktop.DBus, the bus
+// itself (Hello, names, match rules, questions about a connection).
+
+// The bus's own name and object.
+const (
+	busName = "org.freedesktop.DBus"
+	busPath = dbus.ObjectPath("/org/freedesktop/DBus")
+)
+
+// localPrefix begins every unique name of this bus. dbus-daemon and
+// dbus-broker name their connections ":1.N" (digits alone), and a
+// unique name's elements may hold letters, so a name of this bus can
+// never be one of the system bus behind it: a destination with this
+// prefix is routed here, any other unique name goes up.
+const localPrefix = ":nodeinit."
+
+// ReleaseName's and StartServiceByName's answers.
+const (
+	startReplyAlreadyRunning = uint32(2)
+
+	releaseNameNonExistent = uint32(2)
+	releaseNameNotOwner    = uint32(3)
+)
+
+// hello gives the connection its unique name, answers with it, and sends
+// NameAcquired for it, in that order, as dbus-daemon does.
+func (c *conn) hello(in *call) {
+	name := localPrefix + strconv.FormatUint(c.id, 10)
+	c.mu.Lock()
+	c.name = name
+	c.mu.Unlock()
+	in.Reply(busName, name)
+	acquired := wire.NewSignal(busName, busPath, busName, "NameAcquired", name)
+	acquired.Headers[dbus.FieldDestination] = dbus.MakeVariant(name)
+	c.send(acquired)
+}
+
+// busMethod answers the bus's own interface: Hello, AddMatch, RemoveMatch.
+// A client of this bus needs no other; the rest is answered UnknownMethod.
+func (c *conn) busMethod(in *call) {
+	if in.Standard(busName, busObjects) {
+		return
+	}
+	if in.Iface != "" && in.Iface != busName {
+		in.Fail(busName, in.UnknownMethod())
+		return
+	}
+	switch in.Member {
+	case "Hello":
+		in.Fail(busName, &service.Error{Name: service.Failed, Text: "Already handled an Hello message"})
+	case "AddMatch", "RemoveMatch":
+		if e := in.WantSignature("s"); e != nil {
+			in.Fail(busName, e)
+			return
+		}
+		text, _ := in.Msg.Body[0].(string)
+		rule, err := parseMatchRule(text)
+		if err != nil {
+			in.Fail(busName, &service.Error{Name: errMatchRuleInvalid, Text: "Invalid match rule: " + err.Error()})
+			return
+		}
+		// A rule the system bus should hold too is answered by it, once
+		// it holds there; the others here.
+		up := c.matchGoesUp(in, rule)
+		ok := false
+		if in.Member == "AddMatch" {
+			ok = c.addMatch(in, rule, !up)
+		} else {
+			ok = c.removeMatch(in, rule, !up)
+		}
+		if ok && up && !c.forward(in, upstream.Plain) {
+			in.Reply(busName)
+		}
+	default:
+		if !c.nameMethod(in) && !c.connectionMethod(in, c.passesThrough()) &&
+			!(upstreamBusMethods[in.Member] && c.passesThrough() && c.forward(in, upstream.Plain)) {
+			in.Fail(busName, in.UnknownMethod())
+		}
+	}
+}
+
+// addMatch adds rule, and answers the call when reply is set.
+func (c *conn) addMatch(in *call, rule matchRule, reply bool) bool {
+	c.mu.Lock()
+	full := len(c.rules) >= maxRules
+	if !full {
+		c.rules = append(c.rules, rule)
+	}
+	c.mu.Unlock()
+	if full {
+		in.Fail(busName, &service.Error{Name: service.LimitsExceeded, Text: fmt.Sprintf("Connection has %d match rules, the most it may have", maxRules)})
+		return false
+	}
+	if reply {
+		in.Reply(busName)
+	}
+	return true
+}
+
+// removeMatch removes rule, and answers the call when reply is set or the
+// rule is not there.
+func (c *conn) removeMatch(in *call, rule matchRule, reply bool) bool {
+	c.mu.Lock()
+	found := false
+	for i, r := range c.rules {
+		if r.equal(rule) {
+			c.rules = append(c.rules[:i], c.rules[i+1:]...)
+			found = true
+			break
+		}
+	}
+	c.mu.Unlock()
+	if !found {
+		in.Fail(busName, &service.Error{Name: errMatchRuleNotFound, Text: "The given match rule wasn't found and can't be removed"})
+		return false
+	}
+	if reply {
+		in.Reply(busName)
+	}
+	return true
+}
+
+// connectionMethod answers the bus's questions about a connection of this
+// bus (GetConnectionUnixUser, GetConnectionUnixProcessID,
+// GetConnectionCredentials, ListQueuedOwners), and about any connection
+// where there is no system bus behind this one. It reports false for
+// another call, or for a name the system bus should be asked about.
+func (c *conn) connectionMethod(in *call, upstream bool) bool {
+	switch in.Member {
+	case "GetConnectionUnixUser", "GetConnectionUnixProcessID", "GetConnectionCredentials", "ListQueuedOwners":
+	default:
+		return false
+	}
+	if in.Sig != "s" {
+		in.Fail(busName, in.WantSignature("s"))
+		return true
+	}
+	name, _ := in.Msg.Body[0].(string)
+	uid, pid, ok := c.bus.localCred(name, upstream)
+	if !ok && upstream {
+		return false
+	}
+	if !ok {
+		in.Fail(busName, &service.Error{Name: errNameHasNoOwner, Text: fmt.Sprintf("Could not get the owner of name '%s': no such name", name)})
+		return true
+	}
+	switch in.Member {
+	case "GetConnectionUnixUser":
+		in.Reply(busName, uid)
+	case "GetConnectionUnixProcessID":
+		in.Reply(busName, pid)
+	case "GetConnectionCredentials":
+		in.Reply(busName, map[string]dbus.Variant{"UnixUserID": dbus.MakeVariant(uid), "ProcessID": dbus.MakeVariant(pid)})
+	case "ListQueuedOwners":
+		in.Reply(busName, []string{c.bus.localOwner(name, upstream)})
+	}
+	return true
+}
+
+// nameMethod answers the bus's calls about names and itself. It reports
+// false for a call that is not one of them.
+func (c *conn) nameMethod(in *call) bool {
+	// With a system bus to pass through to, what is about its names, and
+	// the bus's own list and id, are the system bus's.
+	behind := c.passesThrough()
+	if behind {
+		name := ""
+		if len(in.Msg.Body) > 0 {
+			name, _ = in.Msg.Body[0].(string)
+		}
+		switch in.Member {
+		case "GetNameOwner", "NameHasOwner", "StartServiceByName", "RequestName", "ReleaseName":
+			if c.bus.localOwner(name, true) == "" && c.forward(in, upstream.Plain) {
+				return true
+			}
+		case "ListNames":
+			if c.forward(in, upstream.ListNames) {
+				return true
+			}
+		case "ListActivatableNames", "GetId":
+			if c.forward(in, upstream.Plain) {
+				return true
+			}
+		}
+		behind = c.passesThrough()
+	}
+	one := func() (string, bool) {
+		if e := in.WantSignature("s"); e != nil {
+			in.Fail(busName, e)
+			return "", false
+		}
+		s, _ := in.Msg.Body[0].(string)
+		return s, true
+	}
+	switch in.Member {
+	case "GetNameOwner":
+		if name, ok := one(); ok {
+			if owner := c.bus.localOwner(name, behind); owner != "" {
+				in.Reply(busName, owner)
+			} else {
+				in.Fail(busName, &service.Error{Name: errNameHasNoOwner, Text: fmt.Sprintf("Could not get owner of name '%s': no such name", name)})
+			}
+		}
+	case "NameHasOwner":
+		if name, ok := one(); ok {
+			in.Reply(busName, c.bus.localOwner(name, behind) != "")
+		}
+	case "ListNames":
+		in.Reply(busName, c.bus.localNames(behind))
+	case "StartServiceByName":
+		if e := in.WantSignature("su"); e != nil {
+			in.Fail(busName, e)
+			return true
+		}
+		name, _ := in.Msg.Body[0].(string)
+		if c.bus.localOwner(name, behind) != "" {
+			in.Reply(busName, startReplyAlreadyRunning)
+		} else {
+			in.Fail(busName, &service.Error{Name: errServiceUnknown, Text: fmt.Sprintf("The name %s was not provided by any .service files", name)})
+		}
+	case "ListActivatableNames":
+		in.Reply(busName, []string{busName})
+	case "GetId":
+		in.Reply(busName, c.bus.guid)
+	case "RequestName":
+		if e := in.WantSignature("su"); e != nil {
+			in.Fail(busName, e)
+			return true
+		}
+		name, _ := in.Msg.Body[0].(string)
+		in.Fail(busName, c.refuseName(name))
+	case "ReleaseName":
+		name, ok := one()
+		if !ok {
+			return true
+		}
+		if e := c.invalidName(name); e != nil {
+			in.Fail(busName, e)
+		} else if c.bus.localOwner(name, behind) != "" {
+			in.Reply(busName, releaseNameNotOwner)
+		} else {
+			in.Reply(busName, releaseNameNonExistent)
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// refuseName is dbus-daemon's answer on the system bus to a RequestName
+// that its policy does not allow: on this bus nobody but a service owns
+// a name.
+func (c *conn) refuseName(name string) *service.Error {
+	if e := c.invalidName(name); e != nil {
+		return e
+	}
+	return &service.Error{Name: errAccessDenied, Text: fmt.Sprintf("Connection %q is not allowed to own the service %q due to security policies in the configuration file", c.name, name)}
+}
+
+// invalidName is dbus-daemon's refusal of a name no connection can ask
+// for or release.
+func (c *conn) invalidName(name string) *service.Error {
+	switch {
+	case strings.HasPrefix(name, ":"):
+		return &service.Error{Name: service.InvalidArgs, Text: fmt.Sprintf("Cannot acquire a service starting with ':' such as %q", name)}
+	case name == busName:
+		return &service.Error{Name: service.InvalidArgs, Text: fmt.Sprintf("Connection %q is not allowed to own the service %q because it is reserved for D-Bus' use only", c.name, name)}
+	case !validBusName(name):
+		return &service.Error{Name: service.InvalidArgs, Text: fmt.Sprintf("Requested bus name %q is not valid", strings.ToValidUTF8(name, "\uFFFD"))}
+	}
+	return nil
+}
+
+// validBusName checks a well-known name as the specification describes
+// it: two or more dot-separated elements of [A-Za-z0-9_-], none empty or
+// starting with a digit, at most 255 bytes.
+func validBusName(name string) bool {
+	if len(name) == 0 || len(name) > 255 {
+		return false
+	}
+	elems := strings.Split(name, ".")
+	if len(elems) < 2 {
+		return false
+	}
+	for _, e := range elems {
+		if e == "" || e[0] >= '0' && e[0] <= '9' {
+			return false
+		}
+		for _, r := range e {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+const busXML = ` <interface name="org.freedesktop.DBus">
+  <method name="Hello">
+   <arg direction="out" type="s"/>
+  </method>
+  <method name="RequestName">
+   <arg direction="in" type="s"/>
+   <arg direction="in" type="u"/>
+   <arg direction="out" type="u"/>
+  </method>
+  <method name="ReleaseName">
+   <arg direction="in" type="s"/>
+   <arg direction="out" type="u"/>
+  </method>
+  <method name="NameHasOwner">
+   <arg direction="in" type="s"/>
+   <arg direction="out" type="b"/>
+  </method>
+  <method name="ListNames">
+   <arg direction="out" type="as"/>
+  </method>
+  <method name="ListActivatableNames">
+   <arg direction="out" type="as"/>
+  </method>
+  <method name="AddMatch">
+   <arg direction="in" type="s"/>
+  </method>
+  <method name="RemoveMatch">
+   <arg direction="in" type="s"/>
+  </method>
+  <method name="GetNameOwner">
+   <arg direction="in" type="s"/>
+   <arg direction="out" type="s"/>
+  </method>
+  <method name="GetId">
+   <arg direction="out" type="s"/>
+  </method>
+  <signal name="NameOwnerChanged">
+   <arg type="s"/>
+   <arg type="s"/>
+   <arg type="s"/>
+  </signal>
+  <signal name="NameLost">
+   <arg type="s"/>
+  </signal>
+  <signal name="NameAcquired">
+   <arg type="s"/>
+  </signal>
+ </interface>
+`
+
+// busObjects is the bus's own object, which dbus-daemon serves on every
+// path.
+var busObjects = map[string]string{
+	"/":                     service.ObjectXML(busXML, "org"),
+	"/org/freedesktop/DBus": service.ObjectXML(busXML),
+}

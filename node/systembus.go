@@ -1,0 +1,20 @@
+package node
+
+import "fmt"
+
+// systemBusSocket is where a node's system bus listens, the D-Bus
+// specification's default system bus address.
+const systemBusSocket = "/run/dbus/system_bus_socket"
+
+// RequireSystemBus refuses a kubelet whose cgroup driver is systemd where
+// there is no system bus (noBus says why; nil means there is one): the
+// kubelet reaches systemd there for every pod's cgroup, and nodeinit's
+// login1 bus, which the kubelet takes for the system bus, has no systemd
+// of its own to pass those calls to.
+func (k KubeletConfig) RequireSystemBus(noBus error) error {
+	if noBus == nil || k.CgroupDriver() != "systemd" {
+		return nil
+	}
+	return fmt.Errorf("the kubelet's cgroup driver is systemd, which it reaches on the system bus, and this container has none (%v): "+
+		"mount the host's %s into the container, or set the kubelet's cgroupDriver to cgroupfs", noBus, systemBusSocket)
+}
