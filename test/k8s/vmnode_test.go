@@ -300,9 +300,12 @@ func (k *kubeNode) waitGuestReady(timeout time.Duration) (node, time.Duration) {
 		if err == nil && n.ready() {
 			return n, time.Since(k.started)
 		}
-		running := k.running()
-		if !running || time.Now().After(deadline) {
-			k.t.Fatalf("the Node did not become Ready within %v (the node container running: %v; last: %v, Ready %+v)", timeout, running, err, n.condition("Ready"))
+		if !k.running() {
+			k.t.Fatalf("the node container ended %v after podman run, before the Node was Ready (last: %v, Ready %+v)",
+				time.Since(k.started).Round(100*time.Millisecond), err, n.condition("Ready"))
+		}
+		if time.Now().After(deadline) {
+			k.t.Fatalf("the Node did not become Ready within %v (last: %v, Ready %+v)", timeout, err, n.condition("Ready"))
 		}
 		time.Sleep(2 * time.Second)
 	}
