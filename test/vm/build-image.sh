@@ -30,7 +30,7 @@ key="$(
   {
     cat packages build-image.sh
     find guest -type f | LC_ALL=C sort | while read -r f; do
-      printf '%s %s\n' "$f" "$(stat -c %a "$f")"
+      printf '%s\n' "$f"
       cat "$f"
     done
   } | sha256sum | cut -c1-12
@@ -59,9 +59,12 @@ echo "mmdebstrap bookworm: $packages" >&2
 mmdebstrap --quiet --variant=minbase --include="$packages" bookworm "$rootfs"
 echo "mmdebstrap: $((SECONDS - start)) s" >&2
 
-# The guest's configuration, over what the packages installed.
-cp -r --preserve=mode guest/. "$rootfs/"
-chmod 0644 "$rootfs/etc/ssh/sshd_config.d/nodeinit.conf"
+# The guest's configuration, over what the packages installed: every file
+# 0644, whatever the checkout's umask made of it (the key hashes names and
+# contents only).
+(cd guest && find . -type f) | while read -r f; do
+  install -D -m 0644 "guest/$f" "$rootfs/$f"
+done
 # systemd-networkd brings the network up (DHCP on en*), with
 # network-online.target waiting for it; the socat forward to the API server
 # starts at boot. Timers that would compete for the slow guest's CPU go.
