@@ -18,7 +18,7 @@ k8s: ## kubelet, kube-proxy, the control plane, kubectl and crictl at the pinned
 e2e-k8s: ## the real-node tests: real kubelet and kube-proxy under nodeinit, a real control plane, containerd, podman (root)
 	@bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
 	  echo "Kubernetes binaries: $$bin" && \
-	  NODEINIT_K8S_BIN=$$bin $(GO) test -tags k8s -count=1 -v -timeout $(E2E_K8S_TIMEOUT) -skip '^TestRealNodeBench$$' ./test/k8s
+	  NODEINIT_K8S_BIN=$$bin $(GO) test -tags k8s -count=1 -v -timeout $(E2E_K8S_TIMEOUT) -skip '^(TestRealNodeBench|TestModernHost)$$' ./test/k8s
 
 # The tests carry the build tag k8s, so `go vet ./...` and staticcheck in
 # lint do not see them: this runs both with the tag, as part of lint.

@@ -1,0 +1,28 @@
+# The VM suite (test/vm, test/k8s/vm*_test.go): a modern node host, booted
+# under qemu, for the real-node tests — cgroup v2 only, systemd as PID 1,
+# containerd with SystemdCgroup = true, the kubelet with cgroupDriver:
+# systemd. Included by the Makefile, which defines GO and BIN. The guest is
+# built from Debian's packages (test/vm/build-image.sh, cached outside the
+# tree); the control plane runs on this machine's loopback, as in
+# make e2e-k8s, and the guest reaches it through qemu's user network.
+
+# Where build-image.sh keeps its images (its default: ~/.cache/nodeinit/vm).
+VM_CACHE        ?=
+E2E_VM_TIMEOUT  ?= 45m
+# qemu's accelerator: tcg (the default) boots anywhere; kvm where the host's
+# KVM runs a stock guest.
+VM_ACCEL        ?= tcg
+# Where a failed run keeps the guest's console and journal.
+VM_LOGS         ?= $(CURDIR)/$(BIN)/e2e-vm-logs
+
+.PHONY: vm-image e2e-vm
+
+vm-image: ## the VM suite's guest: a Debian systemd host, cgroup v2 only, as an ext4 image, into the cache (≈ 5 min the first time)
+	test/vm/build-image.sh $(VM_CACHE)
+
+e2e-vm: build ## the real-node tests on a cgroup v2 systemd host booted under qemu: the node image in the guest's podman (root)
+	@rm -rf $(VM_LOGS); img=$$(test/vm/build-image.sh $(VM_CACHE) | tail -n 1) && \
+	  bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
+	  echo "VM image: $$img" && echo "Kubernetes binaries: $$bin" && \
+	  NODEINIT_VM_IMAGE=$$img NODEINIT_VM_ACCEL=$(VM_ACCEL) NODEINIT_K8S_BIN=$$bin NODEINIT_VM_NODEINIT=$(CURDIR)/$(BIN)/nodeinit NODEINIT_VM_LOGS=$(VM_LOGS) \
+	  $(GO) test -tags k8s -count=1 -v -timeout $(E2E_VM_TIMEOUT) -run '^TestModernHost' ./test/k8s

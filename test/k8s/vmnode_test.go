@@ -1,0 +1,420 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	nodeidentity "github.com/nodeinit/nodeinit/identity"
+	"github.com/nodeinit/nodeinit/test/testenv"
+)
+
+// vmKubeletConfig is the kubelet's configuration on the modern host, as a
+// node's own would be there: the systemd cgroup driver (containerd's
+// SystemdCgroup = true), containerd's default socket, the static pods in
+// /etc/kubernetes/manifests; the kubelet makes its own serving certificate.
+// Thresholds as kubeletConfig's: the imported images cannot be pulled again.
+const vmKubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: systemd
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+staticPodPath: /etc/kubernetes/manifests
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: /etc/kubernetes/ca.crt}
+authorization: {mode: AlwaysAllow}
+evictionHard: {memory.available: 1Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+rotateCertificates: false
+`
+
+// guestCrictl is crictl from the shared folder against the guest's
+// containerd.
+const guestCrictl = guestShare + "/k8s/crictl --runtime-endpoint unix:///run/containerd/containerd.sock --image-endpoint unix:///run/containerd/containerd.sock --timeout 60s"
+
+// guestNodeName is the container name of the node in the guest's podman.
+const guestNodeName = "node"
+
+// guestDrainDir is the drain pod's hostPath in the guest, where its preStop
+// hook writes.
+const guestDrainDir = "/var/lib/nodeinit-vm-drain"
+
+// TestModernHost runs the real kubelet and kube-proxy of the node image on
+// a modern node host, booted under qemu: cgroup v2 only, systemd as PID 1,
+// containerd with the systemd cgroup driver. The control plane is the
+// shared fixture's, on this machine's loopback. One guest serves every
+// case, each of which puts the guest back for the next. The times it
+// prints (image, boot, Node Ready, stop) are the ones README.md quotes.
+func TestModernHost(t *testing.T) {
+	c := getCluster(t)
+	c.buildNodeImage(t)
+	dir := t.TempDir()
+	share := filepath.Join(dir, "share")
+	start := time.Now()
+	c.fillShare(t, share)
+	t.Logf("shared folder filled (kubelet, kube-proxy, crictl, nodeinit, node image, pod images) in %v", time.Since(start).Round(100*time.Millisecond))
+
+	v := bootVM(t, dir, share)
+	t.Logf("VM booted (qemu start to ssh answering) in %v, accel %s", v.booted.Round(time.Second), cmdAccel(v))
+	start = time.Now()
+	state, err := v.sshTimeout(vmBootTimeout, "systemctl is-system-running --wait")
+	state = strings.TrimSpace(state)
+	if state != "running" {
+		failed, _ := v.sshTimeout(time.Minute, "systemctl --failed --no-legend --plain")
+		t.Errorf("the guest's systemd is %q (%v) after boot; failed units:\n%s", state, err, failed)
+	}
+	t.Logf("guest systemd %s %v after ssh answered (%v after qemu started)", state, time.Since(start).Round(time.Second), (v.booted + time.Since(start)).Round(time.Second))
+
+	start = time.Now()
+	if _, err := v.sshTimeout(10*time.Minute, fmt.Sprintf("set -e; mountpoint -q %[1]s; for a in pause busybox; do ctr --namespace k8s.io images import %[1]s/images/$a.tar >/dev/null; done; podman load --quiet -i %[1]s/images/node.tar", guestShare)); err != nil {
+		t.Fatalf("loading the images in the guest: %v", err)
+	}
+	t.Logf("images loaded in the guest (pause and busybox into containerd, the node image into podman) in %v", time.Since(start).Round(time.Second))
+
+	t.Run("facts", func(t *testing.T) { checkModernFacts(t, v) })
+	t.Run("node image", func(t *testing.T) {
+		k := c.runGuestNode(t, v, "")
+		n, took := k.waitGuestReady(5 * time.Minute)
+		t.Logf("Node %s Ready %v after podman run (kubelet %s, InternalIP %s)", n.Metadata.Name, took.Round(100*time.Millisecond), n.Status.NodeInfo.KubeletVersion, nodeAddress(n))
+		static := k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 5*time.Minute)
+		t.Logf("static pod %s Running %v after podman run", static[0].Metadata.Name, time.Since(k.started).Round(100*time.Millisecond))
+		checkSystemdPod(t, v)
+		// The kubelet's eviction manager and its image file system stats
+		// stat containerd's root, which the README's line does not show
+		// the container.
+		if log := k.log(); strings.Contains(log, `"Eviction manager: failed to synchronize"`) {
+			t.Errorf("README'S PODMAN LINE: the kubelet's eviction manager cannot run: it cannot stat containerd's root /var/lib/containerd in the container:\n%s",
+				testenv.Tail(grepLines(log, "Eviction manager: failed to synchronize"), 1))
+		}
+		checkGuestMachineID(t, v, n)
+		s := k.stopAndCheck(90 * time.Second)
+		t.Logf("podman stop: %v", s)
+		if s.code != 0 {
+			t.Errorf("the node container exited %d; want 0", s.code)
+		}
+	})
+	t.Run("graceful node shutdown", func(t *testing.T) {
+		k := c.runGuestNode(t, v, kubeletShutdown, "--graceful-node-shutdown")
+		_, took := k.waitGuestReady(5 * time.Minute)
+		t.Logf("Node Ready %v after podman run", took.Round(100*time.Millisecond))
+		k.waitLog(3*time.Minute, 0, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
+		k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, guestDrainDir))
+		k.waitPods("metadata.name=drain", 1, 5*time.Minute)
+		k.stopAndCheckGuestDrained(v)
+	})
+}
+
+// cmdAccel is the accelerator qemu was started with.
+func cmdAccel(v *vm) string {
+	args := v.qemu.cmd.Args
+	if i := slices.Index(args, "-accel"); i >= 0 && i+1 < len(args) {
+		return args[i+1]
+	}
+	return "?"
+}
+
+// fillShare puts what the guest needs into the shared folder: the kubelet,
+// kube-proxy and crictl, nodeinit, and the node, pause and busybox images
+// as archives (podman save) for podman load and ctr import.
+func (c *cluster) fillShare(t *testing.T, share string) {
+	t.Helper()
+	for _, b := range []string{"kubelet", "kube-proxy", "crictl"} {
+		must(t, linkOrCopy(filepath.Join(c.bin, b), filepath.Join(share, "k8s", b)))
+	}
+	nodeinit := os.Getenv("NODEINIT_VM_NODEINIT")
+	if nodeinit == "" {
+		nodeinit = testenv.Build(t, "./cmd/nodeinit")
+	}
+	must(t, linkOrCopy(nodeinit, filepath.Join(share, "nodeinit")))
+	must(t, os.MkdirAll(filepath.Join(share, "images"), 0o755))
+	for name, image := range map[string]string{"node": nodeImage, "pause": pauseImage, "busybox": busyboxImage} {
+		if _, err := c.podman.run(10*time.Minute, "save", "--format", "docker-archive", "-o", filepath.Join(share, "images", name+".tar"), image); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkModernFacts checks that the guest is the host this suite is for:
+// /sys/fs/cgroup is cgroup2 with the kubelet's controllers and no v1
+// hierarchy is mounted, systemd is PID 1, containerd runs runc with
+// SystemdCgroup = true, no swap is on, and the API server forward runs.
+func checkModernFacts(t *testing.T, v *vm) {
+	if fs := strings.TrimSpace(v.ssh("stat -f -c %T /sys/fs/cgroup")); fs != "cgroup2fs" {
+		t.Errorf("/sys/fs/cgroup is %s; want cgroup2fs", fs)
+	}
+	controllers := strings.Fields(v.ssh("cat /sys/fs/cgroup/cgroup.controllers"))
+	for _, want := range []string{"cpuset", "cpu", "io", "memory", "pids"} {
+		if !slices.Contains(controllers, want) {
+			t.Errorf("the cgroup2 root has controllers %v, without %s", controllers, want)
+		}
+	}
+	// A v1 hierarchy is a mount of type cgroup (not cgroup2).
+	if v1 := strings.TrimSpace(v.ssh("awk '$3 == \"cgroup\"' /proc/mounts")); v1 != "" {
+		t.Errorf("the guest has cgroup v1 hierarchies mounted:\n%s", v1)
+	}
+	if pid1 := strings.TrimSpace(v.ssh("cat /proc/1/comm")); pid1 != "systemd" {
+		t.Errorf("PID 1 is %q; want systemd", pid1)
+	}
+	sysd := strings.TrimSpace(v.ssh("systemctl --version | head -1"))
+	if !regexp.MustCompile(`(?m)^\s*SystemdCgroup = true$`).MatchString(v.ssh("containerd config dump")) {
+		t.Errorf("containerd's configuration has no SystemdCgroup = true")
+	}
+	cd := strings.TrimSpace(v.ssh("containerd --version"))
+	if swaps := strings.TrimSpace(v.ssh("swapon --show --noheadings")); swaps != "" {
+		t.Errorf("swap is on in the guest: %s", swaps)
+	}
+	for _, unit := range []string{"containerd.service", "apiserver-forward.service"} {
+		if s := strings.TrimSpace(v.ssh("systemctl is-active " + unit + " || true")); s != "active" {
+			t.Errorf("%s is %s in the guest", unit, s)
+		}
+	}
+	t.Logf("guest: cgroup2 only with %v, PID 1 %s, %s with SystemdCgroup = true, no swap", controllers, sysd, cd)
+}
+
+// runGuestNode starts the node image in the guest's podman with the
+// README's line (privileged, host network and cgroup namespace, the host's
+// /sys/fs/cgroup, /var/lib/kubelet rshared, /etc/kubernetes read-only, /run,
+// /var/log, /lib/modules, --make-rshared) and more nodeinit flags. The
+// node's kubeconfigs, CA and static pod are the guest's /etc/kubernetes;
+// its KubeletConfiguration (vmKubeletConfig and more lines) is
+// /var/lib/kubelet/config.yaml, where the image's configuration looks. The
+// kubelet's name for the node is the guest's hostname, nodeName. When the
+// test ends the container, its pods and what the kubelet left are removed
+// from the guest, and the node's API objects from the control plane.
+func (c *cluster) runGuestNode(t *testing.T, v *vm, kubeletConfig string, flags ...string) *kubeNode {
+	t.Helper()
+	files := filepath.Join(v.share, "node-"+strings.NewReplacer(" ", "-", "/", "-").Replace(t.Name()))
+	name := filepath.Base(files)
+	kubelet, err := c.pki.issue("kubelet-"+name, "system:node:"+nodeName, []string{"system:nodes"})
+	must(t, err)
+	proxy, err := c.pki.issue("kube-proxy-"+name, "system:kube-proxy", nil)
+	must(t, err)
+	for p, data := range map[string][]byte{
+		"etc/kubelet.conf":          c.pki.kubeconfig(apiServer, kubelet),
+		"etc/kube-proxy.conf":       c.pki.kubeconfig(apiServer, proxy),
+		"etc/ca.crt":                c.pki.caPEM,
+		"etc/manifests/static.yaml": []byte(staticPod),
+		"config.yaml":               []byte(vmKubeletConfig + kubeletConfig),
+	} {
+		p = filepath.Join(files, p)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(t, os.WriteFile(p, data, 0o600))
+	}
+	guestFiles := guestShare + "/" + name
+	v.ssh(fmt.Sprintf("set -e; rm -rf /etc/kubernetes; mkdir -p /etc/kubernetes /var/lib/kubelet %[2]s; cp -r %[1]s/etc/. /etc/kubernetes/; cp %[1]s/config.yaml /var/lib/kubelet/config.yaml",
+		guestFiles, guestDrainDir))
+
+	run := []string{"podman", "run", "-d", "--name", guestNodeName, "--privileged", "--network=host", "--cgroupns=host",
+		"-v", "/var/lib/kubelet:/var/lib/kubelet:rshared", "-v", "/sys/fs/cgroup:/sys/fs/cgroup",
+		"-v", "/etc/kubernetes:/etc/kubernetes:ro", "-v", "/run:/run", "-v", "/var/log:/var/log",
+		"-v", "/lib/modules:/lib/modules:ro",
+		nodeImage, "--make-rshared"}
+	run = append(run, flags...)
+	k := &kubeNode{t: t, c: c, dir: files, started: time.Now()}
+	t.Cleanup(func() { c.removeGuestNode(t, v, k) })
+	v.ssh(strings.Join(run, " "))
+	inspect := func(format string) (string, error) {
+		out, err := v.sshTimeout(time.Minute, fmt.Sprintf("podman inspect --format '%s' %s", format, guestNodeName))
+		return strings.TrimSpace(out), err
+	}
+	k.pid = func() int {
+		t.Fatal("the node runs in the guest: it has no pid here")
+		return 0
+	}
+	k.running = func() bool {
+		out, _ := inspect("{{.State.Running}}")
+		return out == "true"
+	}
+	k.log = func() string {
+		out, err := v.sshTimeout(time.Minute, "podman logs "+guestNodeName+" 2>&1")
+		if err != nil {
+			return out + "\n" + err.Error()
+		}
+		return out
+	}
+	k.stop = func(timeout time.Duration) int {
+		v.ssh(fmt.Sprintf("podman stop --time %d %s", int(timeout.Seconds()), guestNodeName))
+		out, err := inspect("{{.State.ExitCode}}")
+		must(t, err)
+		code, err := strconv.Atoi(out)
+		must(t, err)
+		return code
+	}
+	return k
+}
+
+// removeGuestNode puts the guest back for the next case: the node
+// container, its pods (through the CRI, so CNI takes their network down),
+// the kubelet's mounts and directories, the node's files; and deletes the
+// node's pods and Node from the control plane. For a failed test it first
+// prints the end of the node's log.
+func (c *cluster) removeGuestNode(t *testing.T, v *vm, k *kubeNode) {
+	if t.Failed() {
+		t.Logf("the node container's log, last lines:\n%s", testenv.Tail(k.log(), 60))
+	}
+	if !v.qemu.running() {
+		return
+	}
+	script := `set -u
+podman rm --force --time 60 ` + guestNodeName + ` >/dev/null 2>&1 || true
+` + guestCrictl + ` rmp --all --force >/dev/null || echo "crictl rmp failed"
+findmnt -rn -o TARGET | grep '^/var/lib/kubelet/' | sort -r | while read -r m; do umount "$m" || echo "umount $m failed"; done
+rm -rf /var/lib/kubelet /etc/kubernetes /var/log/pods /var/log/containers ` + guestDrainDir + `
+`
+	if out, err := v.sshTimeout(5*time.Minute, script); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("putting the guest back: %s %v", out, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, p := range append(k.created, "/api/v1/namespaces/default/pods", "/api/v1/nodes/"+nodeName) {
+		if err := c.api.remove(ctx, p); err != nil {
+			t.Errorf("delete %s: %v", p, err)
+		}
+	}
+}
+
+// waitGuestReady waits for the Node to be Ready, as waitReady, but asks the
+// guest every few seconds whether the node container still runs: one
+// that exits before the Node registers brings no watch event.
+func (k *kubeNode) waitGuestReady(timeout time.Duration) (node, time.Duration) {
+	k.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var n node
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := k.c.api.get(ctx, "/api/v1/nodes/"+nodeName, &n)
+		cancel()
+		if err == nil && n.ready() {
+			return n, time.Since(k.started)
+		}
+		if !k.running() {
+			k.t.Fatalf("the node container ended %v after podman run, before the Node was Ready (last: %v, Ready %+v)",
+				time.Since(k.started).Round(100*time.Millisecond), err, n.condition("Ready"))
+		}
+		if time.Now().After(deadline) {
+			k.t.Fatalf("the Node did not become Ready within %v (last: %v, Ready %+v)", timeout, err, n.condition("Ready"))
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// grepLines are the lines of text that hold word.
+func grepLines(text, word string) string {
+	var out []string
+	for l := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(l, word) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func nodeAddress(n node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == "InternalIP" {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+// checkSystemdPod checks that the static pod's container runs in the
+// guest's kubepods.slice, a slice of the host's systemd, in a scope unit of
+// its own: the kubelet's systemd cgroup driver and containerd's
+// SystemdCgroup at work.
+func checkSystemdPod(t *testing.T, v *vm) {
+	t.Helper()
+	id := strings.TrimSpace(v.ssh(guestCrictl + " ps --quiet --name sleep --label io.kubernetes.pod.name=static-sleeper-" + nodeName))
+	if id == "" {
+		t.Fatal("crictl in the guest lists no sleep container of the static pod")
+	}
+	id = strings.Fields(id)[0]
+	pid := strings.TrimSpace(v.ssh(guestCrictl + " inspect --output go-template --template '{{.info.pid}}' " + id))
+	cg := strings.TrimSpace(v.ssh("cat /proc/" + pid + "/cgroup"))
+	if !strings.HasPrefix(cg, "0::/kubepods.slice/") || !strings.HasSuffix(cg, ".scope") {
+		t.Errorf("the static pod's container (pid %s) is in %q; want a scope below /kubepods.slice", pid, cg)
+	}
+	slice := v.ssh("systemctl show --property=ActiveState,ControlGroup kubepods.slice")
+	if !strings.Contains(slice, "ActiveState=active") || !strings.Contains(slice, "ControlGroup=/kubepods.slice") {
+		t.Errorf("the guest's systemd shows kubepods.slice as %q", slice)
+	}
+	scope := filepath.Base(strings.TrimPrefix(cg, "0::"))
+	if s := strings.TrimSpace(v.ssh("systemctl is-active " + scope + " || true")); s != "active" {
+		t.Errorf("the container's unit %s is %s in the guest's systemd", scope, s)
+	}
+	t.Logf("the static pod's container runs in %s, unit %s of the guest's systemd", strings.TrimPrefix(cg, "0::"), scope)
+}
+
+// checkGuestMachineID reports the Node's machineID and checks it is a
+// machine-id: the node image's own (generated, kept in
+// /var/lib/kubelet/nodeinit) in a pid namespace of its own, as the README
+// runs it, never the image's "uninitialized".
+func checkGuestMachineID(t *testing.T, v *vm, n node) {
+	t.Helper()
+	id := n.Status.NodeInfo.MachineID
+	host := strings.TrimSpace(v.ssh("cat /etc/machine-id"))
+	kept, _ := v.sshTimeout(time.Minute, "cat "+nodeIdentityDir+"/machine-id")
+	t.Logf("the Node's machineID is %q (the guest's /etc/machine-id %s, kept in %s: %q)", id, host, nodeIdentityDir, strings.TrimSpace(kept))
+	if !nodeidentity.Valid(id) {
+		t.Errorf("MACHINE-ID ON A SYSTEMD HOST: the Node's machineID is %q, not a machine-id; the node image in podman on a systemd host must report one of its own", id)
+	}
+}
+
+// stopAndCheckGuestDrained is stopAndCheckDrained for the node in the
+// guest: podman stop drains the node (PrepareForShutdown, the kubelet's
+// preStop hook and pod shutdown, the lock released before the kubelet's
+// TERM) and the container exits 0 within the delay and the grace period.
+func (k *kubeNode) stopAndCheckGuestDrained(v *vm) {
+	t := k.t
+	t.Helper()
+	stopped := time.Now()
+	s := k.stopAndCheck(90 * time.Second)
+	took := time.Since(stopped)
+	t.Logf("graceful node shutdown: podman stop %v in all; after the drain, %v", took.Round(100*time.Millisecond), s)
+	if s.code != 0 {
+		t.Errorf("the node container exited %d, want 0", s.code)
+	}
+	// The delay (the kubelet's 30s) and the grace period (20s) bound it,
+	// with podman's own time in the slow guest on top.
+	if took > 75*time.Second {
+		t.Errorf("the stop took %v, more than the delay and the grace period", took)
+	}
+	log := k.log()
+	for _, want := range []string{`"Draining the node before the executor stops"`, `"Drain over" reason="the node has drained"`,
+		`"Released a shutdown delay inhibitor" who="kubelet"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("nodeinit's log lacks %s", want)
+		}
+	}
+	if out, err := v.sshTimeout(time.Minute, "cat "+guestDrainDir+"/prestop"); err != nil {
+		t.Errorf("the pod's preStop hook did not run: %v", err)
+	} else {
+		t.Logf("preStop ran at %s", strings.TrimSpace(out))
+	}
+	p := k.getPod("drain")
+	var byKubelet bool
+	for _, c := range p.Status.Conditions {
+		if c.Type == "DisruptionTarget" && c.Status == "True" && c.Reason == "TerminationByKubelet" {
+			byKubelet = true
+		}
+	}
+	if p.Status.Phase == "Running" || !byKubelet {
+		t.Errorf("the pod is %s with conditions %+v: not ended by the kubelet's node shutdown", p.Status.Phase, p.Status.Conditions)
+	}
+	if n := k.getNode(); !strings.Contains(n.condition("Ready").Message, "shutting down") {
+		t.Errorf("the Node does not show the shutdown: Ready is %+v", n.condition("Ready"))
+	}
+}
