@@ -93,10 +93,9 @@ func TestModernHost(t *testing.T) {
 		t.Logf("static pod %s Running %v after podman run", static[0].Metadata.Name, time.Since(k.started).Round(100*time.Millisecond))
 		checkSystemdPod(t, v)
 		// The kubelet's eviction manager and its image file system stats
-		// stat containerd's root, which the README's line does not show
-		// the container.
+		// stat containerd's root, which the README's line mounts.
 		if log := k.log(); strings.Contains(log, `"Eviction manager: failed to synchronize"`) {
-			t.Errorf("README'S PODMAN LINE: the kubelet's eviction manager cannot run: it cannot stat containerd's root /var/lib/containerd in the container:\n%s",
+			t.Errorf("the kubelet's eviction manager cannot run: it cannot stat containerd's root /var/lib/containerd in the container:\n%s",
 				testenv.Tail(grepLines(log, "Eviction manager: failed to synchronize"), 1))
 		}
 		checkGuestMachineID(t, v, n)
@@ -220,7 +219,7 @@ func (c *cluster) runGuestNode(t *testing.T, v *vm, kubeletConfig string, flags 
 	run := []string{"podman", "run", "-d", "--name", guestNodeName, "--privileged", "--network=host", "--cgroupns=host",
 		"-v", "/var/lib/kubelet:/var/lib/kubelet:rshared", "-v", "/sys/fs/cgroup:/sys/fs/cgroup",
 		"-v", "/etc/kubernetes:/etc/kubernetes:ro", "-v", "/run:/run", "-v", "/var/log:/var/log",
-		"-v", "/lib/modules:/lib/modules:ro",
+		"-v", "/lib/modules:/lib/modules:ro", "-v", "/var/lib/containerd:/var/lib/containerd:ro",
 		nodeImage, "--make-rshared"}
 	run = append(run, flags...)
 	k := &kubeNode{t: t, c: c, dir: files, started: time.Now()}
