@@ -42,6 +42,9 @@ func (d *nodeDrain) Timeout() time.Duration { return d.logind.InhibitDelayMax() 
 
 func (d *nodeDrain) Status() string { return d.bus.Status() }
 
+// Cancel passes a cancelled shutdown of the host on: PrepareForShutdown(false).
+func (d *nodeDrain) Cancel() { d.logind.CancelShutdown() }
+
 // close ends the bus and removes its directory.
 func (d *nodeDrain) close() {
 	if err := d.bus.Close(); err != nil {
