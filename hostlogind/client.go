@@ -349,7 +349,7 @@ func (c *Client) take(ctx context.Context, conn *dbus.Conn, msg string) {
 			return fmt.Errorf("read InhibitDelayMaxUSec: %w", err)
 		}
 		if err := logind.CallWithContext(ctx, managerIface+".Inhibit", 0, what, Who, Why, mode).Store(&fd); err != nil {
-			return fmt.Errorf("Inhibit: %w", err)
+			return fmt.Errorf("call Inhibit: %w", err)
 		}
 		return nil
 	})

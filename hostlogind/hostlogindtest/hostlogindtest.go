@@ -63,7 +63,7 @@ func Bus(t testing.TB) string {
 	}
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "system.conf")
-	address := "unix:path=" + filepath.Join(dir, "system_bus_socket")
+	address := "unix:path=" + dbus.EscapeBusAddressValue(filepath.Join(dir, "system_bus_socket"))
 	if err := os.WriteFile(conf, fmt.Appendf(nil, systemBusConfig, address), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +86,7 @@ func Bus(t testing.TB) string {
 		}
 		select {
 		case err := <-exited:
+			exited <- err // for the cleanup
 			t.Fatalf("dbus-daemon exited: %v", err)
 		case <-deadline:
 			t.Fatal("dbus-daemon did not answer within 10s")
