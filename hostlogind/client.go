@@ -255,6 +255,20 @@ func (c *Client) session() (err error) {
 	}); err != nil {
 		return fmt.Errorf("add match rules on the host's system bus: %w", err)
 	}
+	// A lock that could not be taken from a logind that is there is
+	// asked for again, after 1 s, doubling to 30 s.
+	var retry <-chan time.Time
+	wait := firstRetry
+	again := func(err error) {
+		retry = nil
+		if err == nil {
+			wait = firstRetry
+			return
+		}
+		c.fail(err, wait)
+		retry = time.After(wait)
+		wait = min(2*wait, maxRetry)
+	}
 	var owner string
 	if err := c.call(ctx, func(ctx context.Context) error {
 		return conn.BusObject().CallWithContext(ctx, busName+".GetNameOwner", 0, logindName).Store(&owner)
@@ -262,38 +276,42 @@ func (c *Client) session() (err error) {
 		c.fail(fmt.Errorf("the host's logind: %w", err), 0)
 	} else {
 		c.owner.Store(&owner)
-		c.take(ctx, conn, "Took a shutdown delay lock on the host's logind: the host's shutdown drains the node")
+		again(c.take(ctx, conn, "Took a shutdown delay lock on the host's logind: the host's shutdown drains the node"))
 	}
 	for {
 		select {
 		case <-conn.Context().Done():
 			return errors.New("the connection to the host's system bus ended")
+		case <-retry:
+			if *c.owner.Load() != "" {
+				again(c.take(ctx, conn, "Took a shutdown delay lock on the host's logind: the host's shutdown drains the node"))
+			}
 		case s := <-q.ch:
-			if err := c.handle(ctx, conn, s); err != nil {
-				return err
+			if took, err := c.handle(ctx, conn, s); took {
+				again(err)
 			}
 		}
 	}
 }
 
-// handle follows one signal of logind's or about it.
-func (c *Client) handle(ctx context.Context, conn *dbus.Conn, s *dbus.Signal) error {
+// handle follows one signal of logind's or about it. took says whether
+// it asked for a lock, and err why it has none.
+func (c *Client) handle(ctx context.Context, conn *dbus.Conn, s *dbus.Signal) (took bool, err error) {
 	if s.Name == ownerChanged {
 		var name, old, owner string
 		if err := dbus.Store(s.Body, &name, &old, &owner); err != nil || name != logindName {
-			return nil
+			return false, nil
 		}
 		c.owner.Store(&owner)
 		if owner == "" {
 			klog.InfoS("The host's logind has left the bus; its lock is kept for its return", "was", old)
-			return nil
+			return true, nil // nothing to ask again until it is back
 		}
-		c.take(ctx, conn, "The host's logind has a new owner: took a new shutdown delay lock there")
-		return nil
+		return true, c.take(ctx, conn, "The host's logind has a new owner: took a new shutdown delay lock there")
 	}
 	var start bool
 	if err := dbus.Store(s.Body, &start); err != nil {
-		return nil
+		return false, nil
 	}
 	if start {
 		c.mu.Lock()
@@ -311,7 +329,7 @@ func (c *Client) handle(ctx context.Context, conn *dbus.Conn, s *dbus.Signal) er
 		klog.InfoS("The host's shutdown was cancelled")
 		// A new lock, then the old one goes, as the kubelet does: the
 		// host is never left unlocked between the two.
-		c.take(ctx, conn, "Took a new shutdown delay lock on the host's logind after the cancelled shutdown")
+		took, err = true, c.take(ctx, conn, "Took a new shutdown delay lock on the host's logind after the cancelled shutdown")
 		c.mu.Lock()
 		old := c.draining
 		c.draining = -1
@@ -324,18 +342,18 @@ func (c *Client) handle(ctx context.Context, conn *dbus.Conn, s *dbus.Signal) er
 	case c.shutdown <- start:
 	case <-ctx.Done():
 	}
-	return nil
+	return took, err
 }
 
 // take reads the host's delay and takes a new lock, then closes the one
 // it replaces. Not while the host is shutting down: a new lock would only
 // delay it.
-func (c *Client) take(ctx context.Context, conn *dbus.Conn, msg string) {
+func (c *Client) take(ctx context.Context, conn *dbus.Conn, msg string) error {
 	c.mu.Lock()
 	preparing := c.preparing
 	c.mu.Unlock()
 	if preparing {
-		return
+		return nil
 	}
 	var usec uint64
 	var fd dbus.UnixFD = -1
@@ -354,8 +372,7 @@ func (c *Client) take(ctx context.Context, conn *dbus.Conn, msg string) {
 		return nil
 	})
 	if err != nil {
-		c.fail(fmt.Errorf("the host's logind: %w", err), 0)
-		return
+		return fmt.Errorf("the host's logind: %w", err)
 	}
 	delay := time.Duration(min(usec, uint64(1<<63-1)/1000)) * time.Microsecond
 	c.mu.Lock()
@@ -371,13 +388,14 @@ func (c *Client) take(ctx context.Context, conn *dbus.Conn, msg string) {
 	}
 	if closed {
 		_ = unix.Close(int(fd))
-		return
+		return nil
 	}
 	kv := []any{"hostDelay", delay}
 	if c.opts.NodeDelay != nil {
 		kv = append(kv, "delay", c.opts.NodeDelay())
 	}
 	klog.InfoS(msg, kv...)
+	return nil
 }
 
 // call runs one call within the timeout.

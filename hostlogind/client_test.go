@@ -45,9 +45,7 @@ func TestTheLockIsTakenAtStart(t *testing.T) {
 	if k.What != "shutdown" || k.Who != "nodeinit" || k.Why != "drain the node's pods" || k.Mode != "delay" {
 		t.Errorf("lock %+v, want shutdown/nodeinit/drain the node's pods/delay", k)
 	}
-	if d := c.Delay(); d != 7*time.Second {
-		t.Errorf("Delay %v, want the host's 7s", d)
-	}
+	testDelay(t, c, 7*time.Second) // set once the reply is in, just after the stand-in counts the lock
 	c.Close()
 	host.WaitFor(5*time.Second, "the lock's release at Close", held(0))
 }
@@ -191,5 +189,20 @@ func TestAHostBusThatNeverAnswersDelaysNothing(t *testing.T) {
 	c.Close()
 	if d := time.Since(began); d > 1100*time.Millisecond {
 		t.Errorf("Close took %v", d)
+	}
+}
+
+// A lock the host's logind refuses is asked for again, after 1 s and
+// then 2 s.
+func TestARefusedLockIsAskedForAgain(t *testing.T) {
+	address := hostlogindtest.Bus(t)
+	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
+	host.Refuse(2)
+	began := time.Now()
+	c := hostlogind.Start(hostlogind.Options{Address: address})
+	defer c.Close()
+	host.WaitFor(10*time.Second, "a lock at the third call", held(1))
+	if d := time.Since(began); d < 3*time.Second || d > 6*time.Second {
+		t.Errorf("the lock came %v after the start, want 3s (1s and 2s of retries)", d)
 	}
 }

@@ -26,8 +26,10 @@
 //     /run/systemd/inhibit) is held by one lock, and one that did not is
 //     held again.
 //
-// A lost connection closes the lock (nobody would hear the shutdown it
-// delays) and is made again after 1 s, doubling to 30 s. Every connect
+// A lock the host's logind refuses or does not answer for is asked for
+// again after 1 s, doubling to 30 s; the first failure is logged at Info,
+// the next at V(2). A lost connection closes the lock (nobody would hear
+// the shutdown it delays) and is made again on the same schedule. Every connect
 // and call is bounded (Options.Timeout); Start, Shutdown, Delay, Release
 // and Close return at once, so a host bus that accepts the connection and
 // never answers delays neither the node's start nor its stop. The one

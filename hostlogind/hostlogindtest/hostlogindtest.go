@@ -108,6 +108,7 @@ type Logind struct {
 	delay time.Duration
 
 	mu      sync.Mutex
+	refuse  int // Inhibit calls to refuse
 	locks   []*Lock
 	changed chan struct{} // closed and replaced on every change
 }
@@ -122,13 +123,21 @@ func NewLogind(t testing.TB, address string, delay time.Duration) *Logind {
 	}
 	l := &Logind{t: t, conn: conn, delay: delay, changed: make(chan struct{})}
 	t.Cleanup(l.Stop)
-	reply, err := conn.RequestName("org.freedesktop.login1", dbus.NameFlagDoNotQueue)
-	if err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("own org.freedesktop.login1: %v, %v", reply, err)
-	}
+	// Serving before it owns the name, as logind does: a client that sees
+	// the new owner finds its objects there.
 	in := make(chan *dbus.Message, 64)
 	conn.Eavesdrop(in)
-	go l.serve(in)
+	acquired := make(chan struct{})
+	go l.serve(in, acquired)
+	call := conn.BusObject().Call("org.freedesktop.DBus.RequestName", dbus.FlagNoReplyExpected, "org.freedesktop.login1", uint32(dbus.NameFlagDoNotQueue))
+	if call.Err != nil {
+		t.Fatal(call.Err)
+	}
+	select {
+	case <-acquired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stand-in logind did not get org.freedesktop.login1 within 5s")
+	}
 	return l
 }
 
@@ -144,6 +153,24 @@ func (l *Logind) PrepareForShutdown(start bool) time.Time {
 		l.t.Fatal(err)
 	}
 	return now
+}
+
+// Refuse makes the next n calls of Inhibit fail with AccessDenied, as a
+// host's policy that refuses the caller does.
+func (l *Logind) Refuse(n int) {
+	l.mu.Lock()
+	l.refuse = n
+	l.mu.Unlock()
+}
+
+func (l *Logind) refused() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refuse > 0 {
+		l.refuse--
+		return true
+	}
+	return false
 }
 
 // Locks is every lock taken so far, in order.
@@ -198,8 +225,13 @@ func (l *Logind) notify() {
 // which Eavesdrop hands it undispatched: so that a reply's descriptor can
 // be closed here once the reply is out, as logind closes its copy of the
 // write end.
-func (l *Logind) serve(in <-chan *dbus.Message) {
+func (l *Logind) serve(in <-chan *dbus.Message, acquired chan<- struct{}) {
 	for m := range in {
+		if m.Type == dbus.TypeSignal && len(m.Body) == 1 && m.Body[0] == "org.freedesktop.login1" {
+			if member, _ := m.Headers[dbus.FieldMember].Value().(string); member == "NameAcquired" {
+				close(acquired)
+			}
+		}
 		if m.Type != dbus.TypeMethodCall {
 			continue
 		}
@@ -210,6 +242,14 @@ func (l *Logind) serve(in <-chan *dbus.Message) {
 		switch {
 		case iface == "org.freedesktop.DBus.Properties" && member == "Get":
 			body = []any{dbus.MakeVariant(uint64(l.delay.Microseconds()))}
+		case member == "Inhibit" && len(m.Body) == 4 && l.refused():
+			l.conn.Send(&dbus.Message{Type: dbus.TypeError, Headers: map[dbus.HeaderField]dbus.Variant{
+				dbus.FieldErrorName:   dbus.MakeVariant("org.freedesktop.DBus.Error.AccessDenied"),
+				dbus.FieldReplySerial: dbus.MakeVariant(m.Serial()),
+				dbus.FieldDestination: m.Headers[dbus.FieldSender],
+				dbus.FieldSignature:   dbus.MakeVariant(dbus.SignatureOf("")),
+			}, Body: []any{"Permission denied"}}, nil)
+			continue
 		case member == "Inhibit" && len(m.Body) == 4:
 			var err error
 			if fd, err = l.inhibit(m.Body); err != nil {
