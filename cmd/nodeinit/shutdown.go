@@ -43,7 +43,14 @@ func (d *nodeDrain) Drain() <-chan struct{} { return d.logind.PrepareForShutdown
 // have changed since start.
 func (d *nodeDrain) Timeout() time.Duration { return d.logind.InhibitDelayMax() }
 
-func (d *nodeDrain) Status() string { return d.bus.Status() }
+// Status is the bus's state, and whether a lock is held on the host's
+// logind.
+func (d *nodeDrain) Status() string {
+	if d.host == nil {
+		return d.bus.Status()
+	}
+	return fmt.Sprintf("%s hostLock=%t hostDelay=%v", d.bus.Status(), d.host.Held(), d.host.Delay())
+}
 
 // Cancel passes a cancelled shutdown of the host on: PrepareForShutdown(false).
 func (d *nodeDrain) Cancel() { d.logind.CancelShutdown() }

@@ -59,6 +59,8 @@ func TestTheHostsShutdownDrainsTheNode(t *testing.T) {
 			t.Errorf("the lock on the host: %+v", k)
 		}
 		i.WaitForLog(5*time.Second, 'I', "Took a shutdown delay lock on the host's logind", "hostDelay=\"30s\"", "delay=\"20s\"")
+		i.Signal(syscall.SIGUSR1)
+		i.WaitForLog(5*time.Second, 'I', "Node drain status", "hostLock=true hostDelay=30s")
 
 		sent := host.PrepareForShutdown(true)
 		host.WaitFor(10*time.Second, "the release of nodeinit's lock on the host", heldOnHost(0))
