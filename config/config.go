@@ -158,6 +158,12 @@ type GracefulNodeShutdown struct {
 	// one (a kubelet with cgroupDriver: systemd talks to systemd there).
 	// Off, they get the errors of a bus without their names.
 	SystemBusPassThrough bool `json:"systemBusPassThrough"`
+	// DrainOnHostShutdown holds a shutdown delay lock on the host's
+	// logind, where the container has the host's system bus, and drains
+	// the node when the host shuts down (systemctl reboot, the power
+	// button) as when the container is stopped; the executor runs on
+	// until the container is stopped. On by default.
+	DrainOnHostShutdown bool `json:"drainOnHostShutdown"`
 }
 
 // The checks of the container, by the names containerChecks.skip takes
@@ -259,7 +265,7 @@ func Default() Config {
 			},
 		},
 		ShutdownGracePeriod:  Duration{10 * time.Second},
-		GracefulNodeShutdown: GracefulNodeShutdown{SystemBusPassThrough: true},
+		GracefulNodeShutdown: GracefulNodeShutdown{SystemBusPassThrough: true, DrainOnHostShutdown: true},
 		Logging:              Logging{MaxSize: 10, MaxBackups: 5, MaxAge: 7},
 		Cgroup:               Cgroup{MesosPrefix: "mesos", V2Leaf: "nodeinit"},
 		ContainerChecks:      ContainerChecks{IPTablesBackend: IPTablesAuto},

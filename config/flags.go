@@ -100,6 +100,8 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 		"the longest the drain may take, reported to the kubelet as logind's InhibitDelayMaxUSec (0: the kubelet's shutdownGracePeriod from its --config, at least 5s)")
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.GracefulNodeShutdown.SystemBusPassThrough }, "system-bus-pass-through", "gracefulNodeShutdown.systemBusPassThrough",
 		"with --graceful-node-shutdown, pass the executor's D-Bus messages that are not for logind on to the container's own system bus, where it has one")
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.GracefulNodeShutdown.DrainOnHostShutdown }, "drain-on-host-shutdown", "gracefulNodeShutdown.drainOnHostShutdown",
+		"with --graceful-node-shutdown, where the container has the host's system bus, hold a delay lock on the host's logind and drain the node when the host shuts down (reboot, poweroff, the power button); the executor runs on until the container is stopped")
 	add(f, fs.StringSliceVar, func(c *Config) *[]string { return &c.ContainerChecks.Skip }, "skip-container-checks", "containerChecks.skip",
 		"leave out these `CHECKS` of the container and what nodeinit adjusts for them, comma-separated: "+strings.Join(ContainerCheckNames, ", ")+", or all")
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.ContainerChecks.RaiseInotifyLimits }, "raise-inotify-limits", "containerChecks.raiseInotifyLimits",

@@ -35,8 +35,8 @@ func TestFlagsHaveTheContractsNamesAndDefaults(t *testing.T) {
 		"proxy-kubeconfig": "", "master": "", "hostname-override": "", "path-override": "",
 		"contain-pod-resources": "true", "size-node-to-container": "true", "log-dir": "", "max-log-size": "10Mi", "max-log-backups": "5",
 		"max-log-age": "7", "ready-url": "", "graceful-node-shutdown": "false", "graceful-node-shutdown-delay": "0s",
-		"system-bus-pass-through": "true",
-		"skip-container-checks":   "[]", "raise-inotify-limits": "false", "iptables-backend": "auto",
+		"system-bus-pass-through": "true", "drain-on-host-shutdown": "true",
+		"skip-container-checks": "[]", "raise-inotify-limits": "false", "iptables-backend": "auto",
 		"private-mountns": "false", "make-rshared": "false", "cgroup-parent": "", "mesos-cgroup-prefix": "mesos",
 		"require-cgroup": "false", "cgroup-v2-evacuate": "auto", "cgroup-v2-leaf": "nodeinit",
 		"node-machine-id": "true", "image-machine-id": "", "identity-dir": "", "node-product-uuid": "false",
@@ -77,7 +77,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--hostname-override=Node-A", "--path-override=/p", "--contain-pod-resources=false", "--size-node-to-container=false", "--log-dir=/l",
 		"--max-log-size=1.5Gi", "--max-log-backups=0", "--max-log-age=30", "--ready-url=http://127.0.0.1:10248/healthz",
 		"--skip-container-checks=swap,kmsg", "--raise-inotify-limits", "--iptables-backend=legacy",
-		"--system-bus-pass-through=false", "--make-rshared", "--cgroup-parent=/x", "--mesos-cgroup-prefix=mesos-agent", "--require-cgroup",
+		"--system-bus-pass-through=false", "--drain-on-host-shutdown=false", "--make-rshared", "--cgroup-parent=/x", "--mesos-cgroup-prefix=mesos-agent", "--require-cgroup",
 		"--cgroup-v2-evacuate", "--cgroup-v2-leaf=init", "--node-machine-id=false",
 		"--image-machine-id=0123456789abcdef0123456789abcdef", "--identity-dir=/id", "--node-product-uuid", "--", "/bin/kubelet", "--v=2")
 	if err != nil {

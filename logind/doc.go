@@ -74,7 +74,11 @@
 //
 // Nobody on the node can take the kubelet's lock: 4 per process, 64 in
 // all, those of the executor process itself not counted in the 64. From
-// the first PrepareForShutdown on, Inhibit is OperationInProgress.
+// the first PrepareForShutdown on, Inhibit is OperationInProgress, until
+// CancelShutdown: the host's shutdown, which nodeinit drains the node for
+// (package hostlogind), can be cancelled, and then the kubelet gets
+// PrepareForShutdown(false), takes a new lock and admits pods again, and
+// the next PrepareForShutdown is a new shutdown with a new channel.
 //
 // An inhibitor's pipe is made with O_CLOEXEC and its write end is closed in
 // nodeinit as soon as it is sent, so the lock's lifetime is the client's
@@ -85,5 +89,6 @@
 // took 2.5 s). Its watcher is one of the bus's goroutines, and a panic in
 // it releases that lock. The bus's Close releases every lock.
 //
-// PrepareForShutdown, InhibitDelayMax and Status return at once.
+// PrepareForShutdown, CancelShutdown, InhibitDelayMax and Status return
+// at once.
 package logind

@@ -126,6 +126,26 @@ func (l *Logind) PrepareForShutdown() <-chan struct{} {
 	return ch
 }
 
+// CancelShutdown emits PrepareForShutdown(false), as logind does when the
+// shutdown it announced is called off (here: the host's shutdown was
+// cancelled), and makes logind as it was before PrepareForShutdown: Inhibit
+// takes locks again (the kubelet takes a new one on false, and admits pods
+// again), and the next PrepareForShutdown announces a new shutdown and
+// returns a new channel. The channel of the cancelled one is left as it is.
+// It does nothing when no shutdown was announced.
+func (l *Logind) CancelShutdown() {
+	l.mu.Lock()
+	if l.drained == nil {
+		l.mu.Unlock()
+		return
+	}
+	l.drained, l.drainedClosed, l.preparedAt = nil, false, time.Time{}
+	held := len(l.inhibitors)
+	l.mu.Unlock()
+	sent := l.host.Emit(logindPath, managerIface, "PrepareForShutdown", false)
+	klog.InfoS("Sent PrepareForShutdown(false) on the D-Bus socket: the shutdown is called off", "connections", sent, "delayInhibitors", held)
+}
+
 // Status is logind's part of the bus's status line: each inhibitor held
 // (who, why, pid, for how long), and whether PrepareForShutdown was sent.
 func (l *Logind) Status() string {

@@ -355,7 +355,9 @@ func (s *start) notify() int {
 	return 0
 }
 
-// gracefulShutdown serves login1 to the executor, when asked. It comes
+// gracefulShutdown serves login1 to the executor, when asked, and takes a
+// delay lock on the host's logind where the container has the host's
+// system bus, so that the host's shutdown drains the node too. It comes
 // after notify: the bus admits the executor, then the notifier is told.
 func (s *start) gracefulShutdown() int {
 	if !s.cfg.GracefulNodeShutdown.Enabled {

@@ -14,6 +14,7 @@ import (
 	"github.com/nodeinit/nodeinit/bus"
 	"github.com/nodeinit/nodeinit/bus/upstream"
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/hostlogind"
 	"github.com/nodeinit/nodeinit/init/supervisor"
 	"github.com/nodeinit/nodeinit/logind"
 	"github.com/nodeinit/nodeinit/node"
@@ -24,10 +25,12 @@ import (
 const busEnv = "DBUS_SYSTEM_BUS_ADDRESS"
 
 // nodeDrain is graceful node shutdown: the login1 bus the executor is given,
-// as the supervisor's Drainer.
+// as the supervisor's Drainer, and the lock on the host's logind that
+// makes the host's shutdown drain the node too (nil without one).
 type nodeDrain struct {
 	bus    *bus.Bus
 	logind *logind.Logind
+	host   *hostlogind.Client
 	dir    string // the bus socket's private directory
 }
 
@@ -40,10 +43,23 @@ func (d *nodeDrain) Drain() <-chan struct{} { return d.logind.PrepareForShutdown
 // have changed since start.
 func (d *nodeDrain) Timeout() time.Duration { return d.logind.InhibitDelayMax() }
 
-func (d *nodeDrain) Status() string { return d.bus.Status() }
+// Status is the bus's state, and whether a lock is held on the host's
+// logind.
+func (d *nodeDrain) Status() string {
+	if d.host == nil {
+		return d.bus.Status()
+	}
+	return fmt.Sprintf("%s hostLock=%t hostDelay=%v", d.bus.Status(), d.host.Held(), d.host.Delay())
+}
 
-// close ends the bus and removes its directory.
+// Cancel passes a cancelled shutdown of the host on: PrepareForShutdown(false).
+func (d *nodeDrain) Cancel() { d.logind.CancelShutdown() }
+
+// close releases the host's lock, ends the bus and removes its directory.
 func (d *nodeDrain) close() {
+	if d.host != nil {
+		d.host.Close()
+	}
 	if err := d.bus.Close(); err != nil {
 		klog.ErrorS(err, "Closing the login1 bus")
 	}
@@ -98,12 +114,33 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 		return nil, "", err
 	}
 	klog.InfoS("Serving login1 to the executor for graceful node shutdown", "address", d.bus.Address(), "delay", delay)
+	d.host = startHostDrain(gs, d.logind)
 	if noBus == nil {
 		klog.InfoS("The executor's other D-Bus calls pass through to the container's system bus, as nodeinit's connection", "systemBus", upstream)
 	} else {
 		klog.InfoS("No system bus for the executor's other D-Bus calls: they get the errors of a bus without their names", "reason", noBus)
 	}
 	return d, busEnv + "=" + d.bus.Address(), nil
+}
+
+// startHostDrain takes a shutdown delay lock on the host's logind, where
+// the container has the host's system bus (the host's /run mounted) and
+// the operator has not turned it off, so that the host's own shutdown
+// drains the node as a stop of the container does. The lock is taken in
+// the client's goroutine: a host bus that does not answer delays nothing.
+// Where there is none, one line says so.
+func startHostDrain(gs config.GracefulNodeShutdown, l *logind.Logind) *hostlogind.Client {
+	const no = "The host's shutdown will not drain the node"
+	if !gs.DrainOnHostShutdown {
+		klog.InfoS(no, "reason", "--drain-on-host-shutdown=false")
+		return nil
+	}
+	address, err := upstream.Address(os.Getenv, "/")
+	if err != nil {
+		klog.InfoS(no+": the container has no system bus of the host's (mount the host's /run to give it one)", "reason", err)
+		return nil
+	}
+	return hostlogind.Start(hostlogind.Options{Address: address, NodeDelay: l.InhibitDelayMax})
 }
 
 // runDir is /run where it exists: the bus is a runtime file.
@@ -115,9 +152,13 @@ func runDir() string {
 }
 
 // wire makes the supervisor drain through d, bounded by the delay in force
-// (Timeout), and admits the executor's processes to the bus once it runs.
+// (Timeout), on a stop and on the host's shutdown, and admits the
+// executor's processes to the bus once it runs.
 func (d *nodeDrain) wire(sc *supervisor.Config) {
 	sc.Drain = d
+	if d.host != nil {
+		sc.Host = d.host
+	}
 	started := sc.OnExecutorStarted
 	sc.OnExecutorStarted = func(pid int) {
 		if err := d.bus.AdmitExecutor(pid); err != nil {

@@ -7,8 +7,10 @@
 // The phases of a run (docs/design.md, "The shutdown"; rule 8 bounds them):
 //
 //	running      the executor runs; the proxy is respawned with backoff
-//	draining     a stop signal (TERM, INT, PWR, SIGRTMIN+3) came and a
-//	             Drainer drains the node first
+//	draining     a stop signal (TERM, INT, PWR, SIGRTMIN+3) came, or the
+//	             host is shutting down (Host), and a Drainer drains the
+//	             node first; after a drain for the host alone the phase is
+//	             running again, the executor left running
 //	stopping     the executor has the TERM or INT, and the grace period
 //	shutdown     the executor has ended: TERM to the proxy and the rest
 //	killing      the grace period is over: KILL to what is left, again
@@ -59,6 +61,24 @@ type Drainer interface {
 	Timeout() time.Duration
 	// Status is a short description for the status line.
 	Status() string
+	// Cancel calls off the drain that began (the host's shutdown was
+	// cancelled): the kubelet is told, and the next Drain begins anew.
+	// It must return at once.
+	Cancel()
+}
+
+// Host is the host's own shutdown, where nodeinit holds a delay lock on
+// the host's logind for the node (package hostlogind). Its methods must
+// return at once.
+type Host interface {
+	// Shutdown delivers the host's PrepareForShutdown: true as the host
+	// begins to shut down, false when that shutdown is cancelled.
+	Shutdown() <-chan bool
+	// Delay is the longest the host's shutdown waits for the node (its
+	// InhibitDelayMax); 0 when unknown.
+	Delay() time.Duration
+	// Release lets the host's shutdown go on.
+	Release()
 }
 
 // Config is what Run needs.
@@ -78,6 +98,13 @@ type Config struct {
 	// signal arrives; the signal reaches the executor once it has drained,
 	// after its Timeout, or when a second stop signal comes.
 	Drain Drainer
+	// Host, when set with Drain, drains the node when the host shuts
+	// down, bounded by the host's delay too, and then lets the host go
+	// on; the executor keeps running, as a kubelet on the host does, until
+	// the container is stopped: the TERM that comes then goes to it at
+	// once. A stop signal and the host's shutdown, in either order, drain
+	// the node once, and the drain ends at the earlier of their bounds.
+	Host Host
 	// ProcRoot is the proc filesystem ("/proc"), read at shutdown to find
 	// nodeinit's descendants.
 	ProcRoot string
@@ -143,8 +170,12 @@ type Supervisor struct {
 	phase      phase
 	done       bool
 	graceArmed bool           // the executor's grace period runs
-	pending    syscall.Signal // the TERM or INT held while the node drains
+	pending    syscall.Signal // the TERM or INT held while the node drains; 0: a drain for the host alone
 	drained    <-chan struct{}
+	drainEnds  time.Time   // when drainLimit fires
+	host       <-chan bool // Host's PrepareForShutdown
+	hostWaits  bool        // the host waits for this drain's end
+	hostDone   bool        // the node has drained for the host; the executor runs on
 
 	respawn    timer // the proxy's next start
 	grace      timer // executor kill, or, in shutdown, kill of the rest
@@ -173,6 +204,9 @@ func newWith(cfg Config, sys system) *Supervisor {
 	}
 	if cfg.Proxy != nil {
 		s.proxy = &task{Task: *cfg.Proxy, backoff: cfg.Backoff}
+	}
+	if cfg.Host != nil && cfg.Drain != nil {
+		s.host = cfg.Host.Shutdown()
 	}
 	return s
 }
@@ -239,6 +273,15 @@ func (s *Supervisor) step() {
 		if s.phase < shutdown {
 			s.start(s.proxy)
 		}
+	case start, ok := <-s.host:
+		switch {
+		case !ok:
+			s.host = nil
+		case start:
+			s.hostShutdown()
+		default:
+			s.hostCancelled()
+		}
 	case <-s.drained:
 		s.endDrain("the node has drained")
 	case <-s.drainLimit.C():
@@ -254,12 +297,21 @@ func (s *Supervisor) step() {
 // to the executor and start its grace period.
 func (s *Supervisor) terminate(sig syscall.Signal) {
 	switch {
+	case s.phase == running && s.hostDone:
+		klog.InfoS("The node has drained for the host's shutdown already: no second drain", "signal", signals.Name(sig))
+		s.stopExecutor(sig)
 	case s.phase == running && s.cfg.Drain != nil && s.executor.state == stateRunning:
 		s.phase, s.pending = draining, sig
 		s.drained = s.cfg.Drain.Drain()
 		timeout := s.cfg.Drain.Timeout()
-		s.drainLimit.Reset(timeout)
+		s.armDrain(timeout)
 		klog.InfoS("Draining the node before the executor stops", "signal", signals.Name(sig), "timeout", timeout)
+	case s.phase == draining && s.pending == 0:
+		// The drain for the host's shutdown goes on, within its bound,
+		// which is the smaller already.
+		s.pending = sig
+		klog.InfoS("The node is draining for the host's shutdown: the executor gets the signal when the drain is over",
+			"signal", signals.Name(sig), "remaining", s.drainEnds.Sub(s.sys.Now()).Round(time.Millisecond))
 	case s.phase == draining:
 		s.pending = sig
 		s.endDrain("a second " + signals.Name(sig) + " came")
@@ -268,7 +320,14 @@ func (s *Supervisor) terminate(sig syscall.Signal) {
 	}
 }
 
-// endDrain passes the held TERM or INT to the executor.
+// armDrain bounds the drain: it ends d from now.
+func (s *Supervisor) armDrain(d time.Duration) {
+	s.drainLimit.Reset(d)
+	s.drainEnds = s.sys.Now().Add(d)
+}
+
+// endDrain lets the host go on and passes the held TERM or INT to the
+// executor; after a drain for the host alone, the executor runs on.
 func (s *Supervisor) endDrain(why string) {
 	if s.phase != draining {
 		return
@@ -276,7 +335,70 @@ func (s *Supervisor) endDrain(why string) {
 	s.drained = nil
 	s.drainLimit.Stop()
 	klog.InfoS("Drain over", "reason", why)
+	s.releaseHost()
+	if s.pending == 0 {
+		s.phase, s.hostDone = running, true
+		klog.InfoS("The node has drained for the host's shutdown; the executor runs on until the container is stopped")
+		return
+	}
 	s.stopExecutor(s.pending)
+}
+
+// hostShutdown drains the node for the host's shutdown, or lets the host
+// wait for the drain under way, within the host's delay; the host need
+// not wait for a node that has drained or is stopping.
+func (s *Supervisor) hostShutdown() {
+	delay := s.cfg.Host.Delay()
+	switch {
+	case s.phase == running && !s.hostDone && s.executor.state == stateRunning:
+		s.phase, s.pending, s.hostWaits = draining, 0, true
+		s.drained = s.cfg.Drain.Drain()
+		timeout := s.cfg.Drain.Timeout()
+		if delay > 0 {
+			timeout = min(timeout, delay)
+		}
+		s.armDrain(timeout)
+		klog.InfoS("Draining the node for the host's shutdown", "timeout", timeout, "hostDelay", delay)
+	case s.phase == draining:
+		s.hostWaits = true
+		if delay > 0 && s.sys.Now().Add(delay).Before(s.drainEnds) {
+			s.armDrain(delay)
+		}
+		klog.InfoS("The host is shutting down too: it waits for the drain under way", "hostDelay", delay,
+			"remaining", s.drainEnds.Sub(s.sys.Now()).Round(time.Millisecond))
+	default:
+		s.cfg.Host.Release()
+		klog.InfoS("The host is shutting down: it need not wait for the node", "phase", s.phase, "drained", s.hostDone)
+	}
+}
+
+// hostCancelled follows a cancelled shutdown of the host: a drain for it
+// is called off, and a node drained for it takes pods again. A stop of the
+// node's own goes on.
+func (s *Supervisor) hostCancelled() {
+	s.hostWaits = false
+	switch {
+	case s.phase == draining && s.pending == 0:
+		s.drained = nil
+		s.drainLimit.Stop()
+		s.phase = running
+		s.cfg.Drain.Cancel()
+		klog.InfoS("The host's shutdown was cancelled: the drain is called off")
+	case s.phase == running && s.hostDone:
+		s.hostDone = false
+		s.cfg.Drain.Cancel()
+		klog.InfoS("The host's shutdown was cancelled: the node takes pods again")
+	default:
+		klog.InfoS("The host's shutdown was cancelled; the node's own stop goes on", "phase", s.phase)
+	}
+}
+
+// releaseHost lets the host's shutdown go on, if it waits.
+func (s *Supervisor) releaseHost() {
+	if s.hostWaits {
+		s.hostWaits = false
+		s.cfg.Host.Release()
+	}
 }
 
 // stopExecutor passes a stop signal on, as TERM or INT (signals.ForExecutor).
@@ -419,6 +541,7 @@ func (s *Supervisor) shutdown(why string) {
 	s.respawn.Stop()
 	s.drainLimit.Stop()
 	s.drained = nil
+	s.releaseHost()
 	s.signalTask(s.proxy, unix.SIGTERM)
 	s.killRest(unix.SIGTERM)
 	s.grace.Reset(s.cfg.GracePeriod)
@@ -497,6 +620,6 @@ func (s *Supervisor) logStatus() {
 			"lastExit", cmp.Or(t.lastExit, "none"), "backoff", t.backoff.Current())
 	}
 	if s.cfg.Drain != nil {
-		klog.InfoS("Node drain status", "phase", s.phase, "drain", s.cfg.Drain.Status())
+		klog.InfoS("Node drain status", "phase", s.phase, "drain", s.cfg.Drain.Status(), "hostWaits", s.hostWaits, "drainedForHost", s.hostDone)
 	}
 }

@@ -12,14 +12,19 @@ import (
 // inhibitShutdown does what the kubelet's graceful node shutdown does on
 // the system bus that DBUS_SYSTEM_BUS_ADDRESS names: it takes a delay lock
 // on shutdown, waits for PrepareForShutdown(true), "drains" for drain, and
-// releases the lock. It notes INHIBIT, PREPARE and RELEASED (as it
-// releases the lock) in rec as it goes, like the signals it receives.
+// releases the lock; on PrepareForShutdown(false), a cancelled shutdown,
+// it takes a new lock. It notes INHIBIT, PREPARE, RELEASED (as it releases
+// the lock) and CANCEL in rec as it goes, like the signals it receives.
 func inhibitShutdown(rec *os.File, drain time.Duration) {
 	conn, err := dbus.SystemBus()
 	check(err)
 	logind := conn.Object("org.freedesktop.login1", "/org/freedesktop/login1")
-	var fd dbus.UnixFD
-	check(logind.Call("org.freedesktop.login1.Manager.Inhibit", 0, "shutdown", "task", "test of graceful node shutdown", "delay").Store(&fd))
+	take := func() dbus.UnixFD {
+		var fd dbus.UnixFD
+		check(logind.Call("org.freedesktop.login1.Manager.Inhibit", 0, "shutdown", "task", "test of graceful node shutdown", "delay").Store(&fd))
+		return fd
+	}
+	fd := take()
 	check(conn.AddMatchSignal(dbus.WithMatchInterface("org.freedesktop.login1.Manager"), dbus.WithMatchMember("PrepareForShutdown"),
 		dbus.WithMatchObjectPath("/org/freedesktop/login1")))
 	signals := make(chan *dbus.Signal, 4)
@@ -27,14 +32,20 @@ func inhibitShutdown(rec *os.File, drain time.Duration) {
 	note(rec, "INHIBIT")
 	go func() {
 		for s := range signals {
-			if len(s.Body) == 1 && s.Body[0] == true {
+			switch {
+			case len(s.Body) != 1:
+			case s.Body[0] == true && fd >= 0:
 				note(rec, "PREPARE")
 				time.Sleep(drain) // the pods' grace periods, in a real kubelet
 				// Noted just before the close: the TERM that the close lets
 				// nodeinit send can end this task before a note after it.
 				note(rec, "RELEASED")
 				check(unix.Close(int(fd)))
-				return
+				fd = -1
+			case s.Body[0] == false:
+				note(rec, "CANCEL")
+				fd = take()
+				note(rec, "INHIBIT")
 			}
 		}
 	}()

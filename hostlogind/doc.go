@@ -1,0 +1,42 @@
+// Package hostlogind is nodeinit's client of the host's systemd-logind:
+// it holds a shutdown delay lock there for the node, so that the host's
+// own shutdown (systemctl reboot, shutdown -h, the power button) waits
+// for the node to drain, as it waits for a kubelet that runs on the host.
+// Package logind is the other side: the logind that nodeinit serves the
+// kubelet in the container, which never hears of the host's.
+//
+// Where the container has the host's system bus (the host's /run mounted,
+// so that /run/dbus/system_bus_socket is the host's; bus/upstream.Address
+// finds it), Start connects there, as nodeinit, with godbus, and:
+//
+//  1. adds match rules for logind's PrepareForShutdown and for
+//     NameOwnerChanged of org.freedesktop.login1;
+//  2. reads the host's InhibitDelayMaxUSec (Delay) and calls
+//     Inhibit("shutdown", "nodeinit", "drain the node's pods", "delay"),
+//     keeping the descriptor it gets (unix fd passing);
+//  3. delivers the host's PrepareForShutdown(true) on Shutdown; the lock is
+//     kept until Release, which the caller calls once the node has drained
+//     (or it stops waiting): closing the descriptor lets the host go on;
+//  4. on PrepareForShutdown(false), a cancelled shutdown, takes a new lock,
+//     then lets the one held for the cancelled shutdown go, and delivers
+//     false;
+//  5. when logind gets a new owner (systemctl restart systemd-logind),
+//     takes a new lock and then closes the old one: a logind that kept the
+//     old lock across its restart (systemd's does, through its FIFO in
+//     /run/systemd/inhibit) is held by one lock, and one that did not is
+//     held again.
+//
+// A lock the host's logind refuses or does not answer for is asked for
+// again after 1 s, doubling to 30 s; the first failure is logged at Info,
+// the next at V(2). A lost connection closes the lock (nobody would hear
+// the shutdown it delays) and is made again on the same schedule. Every connect
+// and call is bounded (Options.Timeout); Start, Shutdown, Delay, Release
+// and Close return at once, so a host bus that accepts the connection and
+// never answers delays neither the node's start nor its stop. The one
+// goroutine recovers from a panic by ending its connection, logged with
+// its stack, and connects again. Signals are taken only from who may send
+// them: PrepareForShutdown from logind's unique name, on its path;
+// NameOwnerChanged from the bus; anything else is dropped unlogged, and
+// godbus hands signals over through a queue of 16 that never blocks its
+// reader.
+package hostlogind
