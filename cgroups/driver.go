@@ -43,6 +43,9 @@ type drivers struct {
 	// driver over its own).
 	Containerd     string
 	ContainerdAsks bool
+	// KubeletKeepsOwn says the kubelet does not ask (its release or its
+	// KubeletCgroupDriverFromCRI gate).
+	KubeletKeepsOwn bool
 	// Systemd says /run/systemd/system exists: systemd runs the host and
 	// its /run is mounted in.
 	Systemd bool
@@ -64,7 +67,7 @@ func (d drivers) warnings() []string {
 		said += " (its default)"
 	}
 	var out []string
-	if d.Containerd != "" && !d.ContainerdAsks && d.Containerd != d.Kubelet {
+	if d.Containerd != "" && !d.takesContainerds() && d.Containerd != d.Kubelet {
 		out = append(out, fmt.Sprintf("%s and containerd the %s one (%s in %s): the kubelet makes the pods' cgroups where containerd does not put their containers, and pods fail to start; "+
 			"set the same driver in both (the kubelet's cgroupDriver, containerd's SystemdCgroup), or use containerd 2.0 or later, whose driver the kubelet takes over the CRI",
 			said, d.Containerd, systemdCgroupSetting(d.Containerd), ContainerdConfig))
@@ -86,11 +89,15 @@ func (d drivers) warnings() []string {
 // kubelet is the driver the kubelet runs with: containerd's where it
 // takes that over the CRI, else its own; "" when unknown.
 func (d drivers) kubelet() string {
-	if d.ContainerdAsks && d.Containerd != "" {
+	if d.takesContainerds() && d.Containerd != "" {
 		return d.Containerd
 	}
 	return d.Kubelet
 }
+
+// takesContainerds says containerd reports its driver and the kubelet
+// takes it.
+func (d drivers) takesContainerds() bool { return d.ContainerdAsks && !d.KubeletKeepsOwn }
 
 // systemdCgroupSetting is the containerd setting that gives driver.
 func systemdCgroupSetting(driver string) string {
