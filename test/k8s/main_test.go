@@ -104,11 +104,18 @@ func getCluster(t *testing.T) *cluster {
 // them the first time.
 func k8sBin(t *testing.T) string {
 	t.Helper()
-	if dir := os.Getenv("NODEINIT_K8S_BIN"); dir != "" {
+	return buildDir(t, "NODEINIT_K8S_BIN")
+}
+
+// buildDir is the directory of a build of build.sh: $env when set, else
+// what build.sh with args prints, building it the first time.
+func buildDir(t *testing.T, env string, args ...string) string {
+	t.Helper()
+	if dir := os.Getenv(env); dir != "" {
 		return dir
 	}
 	script := filepath.Join(testenv.ModuleRoot(t), "test", "k8s", "build", "build.sh")
-	cmd := exec.Command(script)
+	cmd := exec.Command(script, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
