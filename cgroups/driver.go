@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/nodeinit/nodeinit/internal/linux"
@@ -38,7 +39,7 @@ type drivers struct {
 	KubeletDefault bool
 	// Containerd is the driver containerd's runc runtime uses, "" when
 	// unknown; ContainerdAsks says containerd tells the kubelet its driver
-	// over the CRI (a version 3 configuration: containerd 2.0 or later,
+	// over the CRI (a configuration of version 3 or later: containerd 2.0 or later,
 	// which answers RuntimeConfig; a kubelet from 1.31 on then takes that
 	// driver over its own).
 	Containerd     string
@@ -128,9 +129,10 @@ func readDrivers(fsRoot, kubelet string, configured bool) drivers {
 // its configuration: every "SystemdCgroup = true|false" line, which only
 // runc's options take. Several runtimes that disagree, or none that says,
 // give "" (unknown: containerd's default depends on its version).
-// version3 says the file is a version 3 configuration, which only
-// containerd 2.0 and later read. A line scan, not a TOML parser: it needs
-// two keys, whose values are bare words.
+// version3 says the file is a configuration of version 3 or later, which
+// only containerd 2.0 and later read (2.0 writes version 3, 2.4 version
+// 4). A line scan, not a TOML parser: it needs two keys, whose values are
+// bare words.
 func containerdDriver(text []byte) (driver string, version3 bool) {
 	inTable := false
 	sc := bufio.NewScanner(bytes.NewReader(text))
@@ -151,7 +153,8 @@ func containerdDriver(text []byte) (driver string, version3 bool) {
 		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
 		switch {
 		case key == "version" && !inTable:
-			version3 = value == "3"
+			n, err := strconv.Atoi(value)
+			version3 = err == nil && n >= 3
 		case key == "SystemdCgroup":
 			var d string
 			switch value {

@@ -26,6 +26,11 @@ func TestContainerdDriver(t *testing.T) {
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
     SystemdCgroup = false   # as containerd config default writes it
 `, DriverCgroupfs, true},
+		{"version 4 (containerd 2.4's), runc with systemd", `version = 4
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  SystemdCgroup = true
+`, DriverSystemd, true},
+		{"a version that is no number", "version = \"3\"\n", "", false},
 		{"two runtimes that agree", "[a]\nSystemdCgroup = true\n[b]\nSystemdCgroup=true\n", DriverSystemd, false},
 		{"two runtimes that disagree", "[a]\nSystemdCgroup = true\n[b]\nSystemdCgroup = false\n", "", false},
 		{"commented out", "version = 2\n[a]\n# SystemdCgroup = true\n", "", false},
