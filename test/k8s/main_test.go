@@ -72,8 +72,10 @@ type cluster struct {
 	// servers in the order started; stopped in reverse.
 	servers    []*server
 	containerd *containerd
-	podman     *podman
-	base       *hostState // the host before the fixture touched it
+	// archives are the pause and busybox images, for another runtime.
+	archives []string
+	podman   *podman
+	base     *hostState // the host before the fixture touched it
 	// timings, for the report.
 	controlPlane, images time.Duration
 	// nodeImage builds the node image once (buildNodeImage).
@@ -170,6 +172,7 @@ func startCluster(t *testing.T) (c *cluster, err error) {
 	if err != nil {
 		return c, err
 	}
+	c.archives = archives
 	if c.containerd, err = startContainerd(filepath.Join(dir, "containerd"), filepath.Join(c.bin, "crictl")); err != nil {
 		return c, err
 	}

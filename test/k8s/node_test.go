@@ -79,9 +79,10 @@ spec:
 type kubeNode struct {
 	t       *testing.T
 	c       *cluster
-	dir     string    // the node's files, as the host sees them
-	bin     string    // the node's kubelet and kube-proxy (nodeSpec.bin)
-	started time.Time // when nodeinit was started
+	dir     string      // the node's files, as the host sees them
+	bin     string      // the node's kubelet and kube-proxy (nodeSpec.bin)
+	runtime *containerd // the kubelet's container runtime (nodeSpec.runtime)
+	started time.Time   // when nodeinit was started
 	// pid is nodeinit's pid as the host sees it; log its own log lines;
 	// running whether it runs; stop sends it TERM (or stops the container)
 	// and returns its exit code.
@@ -113,6 +114,19 @@ type nodeSpec struct {
 	// bin is the directory of the node's kubelet and kube-proxy, of a
 	// release of the matrix (releases); empty: the suite's own, c.bin.
 	bin string
+	// runtime is the kubelet's container runtime; nil: c.containerd.
+	runtime *containerd
+	// prefix runs first in the node's namespaces and execs nodeinit
+	// (testenv.Options.Prefix).
+	prefix []string
+}
+
+// runtime is the container runtime spec asks for.
+func (c *cluster) runtime(spec nodeSpec) *containerd {
+	if spec.runtime != nil {
+		return spec.runtime
+	}
+	return c.containerd
 }
 
 func (s nodeSpec) proxyMode() string {
@@ -136,7 +150,7 @@ func (c *cluster) writeNodeFiles(t *testing.T, dir, seenAs string, spec nodeSpec
 	files := map[string][]byte{
 		"kubelet.conf":          c.pki.kubeconfig(apiServer, kubelet),
 		"kube-proxy.conf":       c.pki.kubeconfig(apiServer, proxy),
-		"kubelet.yaml":          fmt.Appendf(nil, kubeletConfig+spec.kubeletConfig, seenAs, c.containerd.endpoint()),
+		"kubelet.yaml":          fmt.Appendf(nil, kubeletConfig+spec.kubeletConfig, seenAs, c.runtime(spec).endpoint()),
 		"ca.crt":                c.pki.caPEM,
 		"kubelet-serving.crt":   serving.cert,
 		"kubelet-serving.key":   serving.key,
@@ -217,8 +231,9 @@ func (c *cluster) startNode(t *testing.T, spec nodeSpec) *kubeNode {
 	t.Helper()
 	dir := t.TempDir()
 	c.writeNodeFiles(t, dir, dir, spec)
-	k := c.launchNode(t, dir, "", spec.env, c.nodeArgs(dir, spec)...)
+	k := c.launchNodeWith(t, dir, testenv.Options{Env: spec.env, Prefix: spec.prefix}, c.nodeArgs(dir, spec)...)
 	k.bin = c.nodeBin(spec)
+	k.runtime = c.runtime(spec)
 	return k
 }
 
@@ -253,7 +268,7 @@ func (c *cluster) launchNode(t *testing.T, dir, binary string, env []string, arg
 func (c *cluster) launchNodeWith(t *testing.T, dir string, o testenv.Options, args ...string) *kubeNode {
 	t.Helper()
 	sharedKubeletDir(t)
-	k := &kubeNode{t: t, c: c, dir: dir, bin: c.bin}
+	k := &kubeNode{t: t, c: c, dir: dir, bin: c.bin, runtime: c.containerd}
 	o.MountNS, o.Propagation, o.Dir = true, "unchanged", dir
 	n := testenv.Launch(t, o, args...)
 	k.started = n.Started
@@ -296,7 +311,7 @@ func findPID1(n *testenv.Node) (int, error) {
 // what the node changed on the host, then checks the host is as before.
 func (k *kubeNode) teardown() {
 	t := k.t
-	for _, err := range k.c.containerd.removePods() {
+	for _, err := range k.runtime.removePods() {
 		t.Error(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -39,11 +39,17 @@ mapfile -t commands < <(sed -n -e 's|^[[:space:]]*_ "k8s.io/kubernetes/cmd/\([a-
   -e 's|^[[:space:]]*_ "k8s.io/kubectl/pkg/cmd"$|kubectl|p' tools.go)
 [[ ${#commands[@]} -gt 0 ]] || { echo "build.sh: $PWD/tools.go imports no Kubernetes command" >&2; exit 1; }
 # crictl removes the tests' pods through the CRI (pods outlive the kubelet):
-# one is enough, built with the release that carries the control plane.
-crictl_version= crictl_ldflags=
+# one is enough, built with the release that carries the control plane. So
+# is containerd 2 (containerd, its runc shim and ctr, in containerd-VERSION/
+# beside the Kubernetes binaries), the runtime that reports its cgroup
+# driver to the kubelet over the CRI, which the distribution's containerd
+# 1.6 does not; built without cgo, so without the btrfs snapshotter.
+crictl_version= crictl_ldflags= containerd_version= containerd_ldflags=
 if [[ "$release" == . ]]; then
   crictl_version=v1.37.0
   crictl_ldflags="-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$crictl_version"
+  containerd_version=v2.4.2
+  containerd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=${containerd_version#v}"
 fi
 
 stamp="k8s.io/component-base/version"
@@ -53,7 +59,7 @@ for pkg in "$stamp" "$client"; do
   ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
 done
 goversion="$(go env GOVERSION)"
-key="$(printf '%s\n' "$version" "$goversion" "$ldflags" "${commands[*]}" "$crictl_version" "$crictl_ldflags" "$(cat go.mod go.sum)" | sha256sum | cut -c1-12)"
+key="$(printf '%s\n' "$version" "$goversion" "$ldflags" "${commands[*]}" "$crictl_version" "$crictl_ldflags" "$containerd_version" "$containerd_ldflags" "$(cat go.mod go.sum)" | sha256sum | cut -c1-12)"
 root="${1:-${NODEINIT_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodeinit/k8s}}"
 out="$root/$version-$goversion-$key"
 
@@ -74,6 +80,12 @@ done
 if [[ -n "$crictl_version" ]]; then
   echo "building crictl $crictl_version with $goversion" >&2
   GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "$crictl_ldflags" "sigs.k8s.io/cri-tools/cmd/crictl@$crictl_version"
+fi
+if [[ -n "$containerd_version" ]]; then
+  echo "building containerd $containerd_version with $goversion" >&2
+  mod=github.com/containerd/containerd/v2/cmd
+  GOBIN="$out/containerd-$containerd_version" CGO_ENABLED=0 go install -trimpath -tags no_btrfs,no_devmapper,no_zfs -ldflags "$containerd_ldflags" \
+    "$mod/containerd@$containerd_version" "$mod/containerd-shim-runc-v2@$containerd_version" "$mod/ctr@$containerd_version"
 fi
 printf '%s\n' "$version" > "$out/VERSION"
 touch "$out/.complete"
