@@ -56,11 +56,13 @@ func ReadKubeletVersion(path string, env []string) KubeletVersion {
 // kubeletVersionOf finds the release in a program's build information, in
 // the records a kubelet (or a program that links the kubelet, such as a
 // kubelet-executor) can have, first found wins:
-//   - a dependency on k8s.io/kubernetes (a build outside Kubernetes' tree,
-//     as go build k8s.io/kubernetes/cmd/kubelet from a module that
-//     requires it), or its replacement;
-//   - k8s.io/kubernetes as the main module, with a release version (a
-//     build in Kubernetes' tree at a release tag);
+//   - a dependency on k8s.io/kubernetes (a program of another module that
+//     links the kubelet), or its replacement;
+//   - k8s.io/kubernetes as the main module, with a release version: Go
+//     records the module of the main package, so go build
+//     k8s.io/kubernetes/cmd/kubelet from a module that requires
+//     k8s.io/kubernetes vX.Y.Z (as make k8s builds it) records vX.Y.Z,
+//     and a build in Kubernetes' tree at a clean release tag the tag;
 //   - the -ldflags setting's k8s.io/component-base/version.gitVersion
 //     (recorded only for a build without -trimpath);
 //   - a dependency on k8s.io/kubelet or k8s.io/component-base, whose

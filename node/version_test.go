@@ -16,10 +16,14 @@ func TestKubeletVersionFromBuildInfo(t *testing.T) {
 		want string
 		from string
 	}{
-		{name: "built from a module that requires k8s.io/kubernetes",
-			bi: buildinfo.BuildInfo{Main: debug.Module{Path: "example.com/build"},
+		{name: "a program of another module that links the kubelet",
+			bi: buildinfo.BuildInfo{Main: debug.Module{Path: "example.com/kubelet-executor", Version: "v0.3.0"},
 				Deps: []*debug.Module{dep("k8s.io/api", "v0.0.0"), dep("k8s.io/kubernetes", "v1.37.2")}},
 			want: "v1.37.2", from: "its dependency k8s.io/kubernetes"},
+		{name: "go build k8s.io/kubernetes/cmd/kubelet from a module that requires it (make k8s)",
+			bi: buildinfo.BuildInfo{Path: "k8s.io/kubernetes/cmd/kubelet", Main: debug.Module{Path: "k8s.io/kubernetes", Version: "v1.37.2"},
+				Deps: []*debug.Module{{Path: "k8s.io/api", Version: "v0.0.0", Replace: dep("k8s.io/api", "v0.37.2")}}},
+			want: "v1.37.2", from: "its main module k8s.io/kubernetes"},
 		{name: "a replaced k8s.io/kubernetes",
 			bi:   buildinfo.BuildInfo{Deps: []*debug.Module{{Path: "k8s.io/kubernetes", Version: "v1.34.0", Replace: dep("k8s.io/kubernetes", "v1.35.4")}}},
 			want: "v1.35.4"},

@@ -112,7 +112,7 @@ func TestNodeinitSaysTheKubeletWillRefuseCgroupV1(t *testing.T) {
 
 			// --write-flags: the same line, on stderr.
 			_, stderr, code := runSplit(t, append([]string{nodeinit, "--write-flags", "--run-proxy=false", "--skip-container-checks=all", "--"}, kubelet...)...)
-			want := fmt.Sprintf("The kubelet (%s, read from its dependency k8s.io/kubernetes) will exit at start on this cgroup v1 host", r.version)
+			want := fmt.Sprintf("The kubelet (%s, read from its main module k8s.io/kubernetes) will exit at start on this cgroup v1 host", r.version)
 			if code != 0 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "set failCgroupV1: false in "+config) {
 				t.Errorf("nodeinit --write-flags exited %d, stderr %q; want a warning with %q", code, stderr, want)
 			}
