@@ -53,7 +53,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri",
 
 // TestNodeWithContainerd2TakesItsCgroupDriver: containerd 2 reports its
 // cgroup driver (cgroupfs) over the CRI and the kubelet takes it over its
-// own cgroupDriver: systemd, which on this host, without systemd or a
+// own --cgroup-driver=systemd, which on this host, without systemd or a
 // system bus, could not work. nodeinit, which sees containerd's
 // configuration at /etc/containerd/config.toml (bound over the host's in
 // the node's mount namespace, as a node container has the host's mounted
@@ -93,7 +93,7 @@ func TestNodeWithContainerd2TakesItsCgroupDriver(t *testing.T) {
 	// In the node's namespace only: / is made private there first, so the
 	// bind cannot propagate to the host whatever the host's / is.
 	prefix := []string{"/bin/sh", "-c", `mount --make-private / && mount --bind "$0" /etc/containerd/config.toml && exec "$@"`, conf}
-	k := c.startNode(t, nodeSpec{runtime: ctd, prefix: prefix, kubeletConfig: "cgroupDriver: systemd\n" + kubeletShutdown,
+	k := c.startNode(t, nodeSpec{runtime: ctd, prefix: prefix, kubeletConfig: kubeletShutdown, kubeletArgs: []string{"--cgroup-driver=systemd"},
 		flags: []string{"--graceful-node-shutdown", "--cgroup-parent=" + cg, "--require-cgroup"}})
 	_, took := k.waitReady(90 * time.Second)
 	t.Logf("Node Ready %v after nodeinit started, on containerd %s", took.Round(10*time.Millisecond), containerd2Version)

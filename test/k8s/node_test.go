@@ -119,6 +119,8 @@ type nodeSpec struct {
 	// prefix runs first in the node's namespaces and execs nodeinit
 	// (testenv.Options.Prefix).
 	prefix []string
+	// kubeletArgs are more of the kubelet's flags, after its own.
+	kubeletArgs []string
 }
 
 // runtime is the container runtime spec asks for.
@@ -251,7 +253,8 @@ func (c *cluster) nodeArgs(dir string, spec nodeSpec) []string {
 	bin := c.nodeBin(spec)
 	args := append(c.nodeinitArgsFor(bin, dir, spec.proxyMode()), "--log-dir="+filepath.Join(dir, "logs"))
 	args = append(append(args, spec.flags...), "--")
-	return append(args, c.kubeletArgs(filepath.Join(bin, "kubelet"), dir)...)
+	args = append(args, c.kubeletArgs(filepath.Join(bin, "kubelet"), dir)...)
+	return append(args, spec.kubeletArgs...)
 }
 
 // launchNode runs binary (the test build of nodeinit when empty) with args
