@@ -81,7 +81,7 @@ type kubeNode struct {
 	c       *cluster
 	dir     string      // the node's files, as the host sees them
 	bin     string      // the node's kubelet and kube-proxy (nodeSpec.bin)
-	runtime *containerd // the kubelet's container runtime (nodeSpec.runtime)
+	runtime *containerd // the kubelet's container runtime (nodeSpec.runtime); nil: c.containerd
 	started time.Time   // when nodeinit was started
 	// pid is nodeinit's pid as the host sees it; log its own log lines;
 	// running whether it runs; stop sends it TERM (or stops the container)
@@ -314,7 +314,11 @@ func findPID1(n *testenv.Node) (int, error) {
 // what the node changed on the host, then checks the host is as before.
 func (k *kubeNode) teardown() {
 	t := k.t
-	for _, err := range k.runtime.removePods() {
+	rt := k.runtime
+	if rt == nil {
+		rt = k.c.containerd
+	}
+	for _, err := range rt.removePods() {
 		t.Error(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
