@@ -18,7 +18,9 @@ const containerd2Version = "v2.4.2"
 // containerd2Config is containerd 2's configuration (version 4, containerd
 // 2.4's layout), with the settings containerdConfig explains. runc's
 // SystemdCgroup = false is the cgroup driver it reports to the kubelet over
-// the CRI (RuntimeConfig), which containerd 1.6 does not answer. Its NRI
+// the CRI (RuntimeConfig), which containerd 1.6 does not answer. Version 4
+// has the sockets' addresses in the server plugins' sections (a top-level
+// [grpc] is not read: containerd would serve on /run/containerd). Its NRI
 // plugin is off (it would make /var/run/nri), and so are the snapshotters
 // not used.
 const containerd2Config = `version = 4
@@ -26,8 +28,11 @@ root = "%[1]s/root"
 state = "%[1]s/state"
 disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp"]
 
-[grpc]
+[plugins.'io.containerd.server.v1.grpc']
   address = "%[1]s/containerd.sock"
+
+[plugins.'io.containerd.server.v1.ttrpc']
+  address = "%[1]s/containerd.sock.ttrpc"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
@@ -69,17 +74,19 @@ func TestNodeWithContainerd2TakesItsCgroupDriver(t *testing.T) {
 		t.Fatalf("containerd %s is missing from %s: run make k8s", containerd2Version, c.bin)
 	}
 	ctd, err := startContainerdFrom(filepath.Join(c.dir, "containerd2"), filepath.Join(c.bin, "crictl"), bin, containerd2Config)
+	if ctd != nil {
+		t.Cleanup(func() {
+			for _, err := range ctd.removePods() {
+				t.Error(err)
+			}
+			if err := ctd.stop(15 * time.Second); err != nil {
+				t.Error(err)
+			}
+		})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for _, err := range ctd.removePods() {
-			t.Error(err)
-		}
-		if err := ctd.stop(15 * time.Second); err != nil {
-			t.Error(err)
-		}
-	})
 	version, err := run(10*time.Second, filepath.Join(bin, "containerd"), "--version")
 	must(t, err)
 	t.Logf("runtime: %s", strings.TrimSpace(version))

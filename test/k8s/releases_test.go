@@ -131,8 +131,9 @@ func TestNodeinitSaysTheKubeletWillRefuseCgroupV1(t *testing.T) {
 			if started := strings.Index(log, `"Started task" task="executor"`); started < 0 || started < at {
 				t.Errorf("the warning is not before the kubelet's start:\n%s", testenv.Tail(log, 30))
 			}
-			if !strings.Contains(log, "kubelet is configured to not run on a host using cgroup v1") {
-				t.Errorf("the kubelet did not exit on cgroup v1:\n%s", testenv.Tail(log, 30))
+			// The kubelet logs to its stderr, nodeinit's.
+			if !strings.Contains(n.Stderr(), "kubelet is configured to not run on a host using cgroup v1") {
+				t.Errorf("the kubelet did not exit on cgroup v1:\n%s", testenv.Tail(n.Stderr(), 30))
 			}
 			if code != 1 {
 				t.Errorf("nodeinit exited %d; want the kubelet's 1", code)

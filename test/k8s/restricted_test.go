@@ -55,18 +55,21 @@ endpoints: [{addresses: ["` + outsideEndpoint + `"], conditions: {ready: true}}]
 // TestNodeInANetworkNamespace runs the node in a network namespace of its
 // own, as a container runtime gives it, with kube-proxy's conntrack left
 // unset. There nf_conntrack_max is read-only (Linux 5.12.2 and later) and
-// kube-proxy v1.34 exits when it cannot write its default: without the
-// check (--skip-container-checks=conntrack) nodeinit restarts it on every
-// backoff; with it, nodeinit passes --conntrack-max-per-core=0, logs why
-// once, and kube-proxy stays up and programs a Service in the node's
-// namespace while the host's sysctls stay as they were.
+// kube-proxy up to v1.35 at least exits when it cannot write its default
+// (it writes whenever the value differs; v1.37 only raises a lower one):
+// without the check (--skip-container-checks=conntrack) nodeinit restarts
+// the oldest release's kube-proxy on every backoff; with it, nodeinit
+// passes --conntrack-max-per-core=0, logs why once, and the suite's
+// kube-proxy stays up and programs a Service in the node's namespace while
+// the host's sysctls stay as they were.
 func TestNodeInANetworkNamespace(t *testing.T) {
 	c := getCluster(t)
+	old := releases(t)[1]
 	flags := []string{"--proxy-restart-backoff=500ms", "--proxy-restart-backoff-max=1s"}
 
-	t.Run("without the check kube-proxy is restarted on every backoff", func(t *testing.T) {
+	t.Run("without the check kube-proxy "+old.version+" is restarted on every backoff", func(t *testing.T) {
 		ns := newNodeNetns(t)
-		k := c.startNodeInNetns(t, ns, append(flags, "--skip-container-checks=conntrack")...)
+		k := c.startNodeInNetnsFrom(t, ns, old.bin, append(flags, "--skip-container-checks=conntrack")...)
 		var after time.Duration
 		for range 3 {
 			after = k.waitLog(30*time.Second, after, `"Proxy ended; restarting after backoff"`).at + time.Microsecond
@@ -330,10 +333,17 @@ func (ns *nodeNetns) close() {
 // ones), and more nodeinit flags.
 func (c *cluster) startNodeInNetns(t *testing.T, ns *nodeNetns, flags ...string) *kubeNode {
 	t.Helper()
+	return c.startNodeInNetnsFrom(t, ns, "", flags...)
+}
+
+// startNodeInNetnsFrom is startNodeInNetns with the kubelet and kube-proxy
+// in bin (the suite's when empty).
+func (c *cluster) startNodeInNetnsFrom(t *testing.T, ns *nodeNetns, bin string, flags ...string) *kubeNode {
+	t.Helper()
 	dir := t.TempDir()
 	c.writeNodeFiles(t, dir, dir, nodeSpec{})
 	var args []string
-	for _, a := range c.nodeArgs(dir, nodeSpec{flags: flags}) {
+	for _, a := range c.nodeArgs(dir, nodeSpec{flags: flags, bin: bin}) {
 		switch {
 		case strings.HasPrefix(strings.TrimPrefix(a, "--proxy-arg="), "--conntrack-"):
 		case strings.HasPrefix(a, "--node-ip="):
@@ -343,6 +353,7 @@ func (c *cluster) startNodeInNetns(t *testing.T, ns *nodeNetns, flags ...string)
 		}
 	}
 	k := c.launchNodeWith(t, dir, testenv.Options{Prefix: []string{"nsenter", "--net=" + ns.path, "--"}}, args...)
+	k.bin = c.nodeBin(nodeSpec{bin: bin})
 	// Before the node's teardown, which checks the host's links: the node
 	// must have ended for its namespace, and the veth with it, to go.
 	t.Cleanup(func() {
