@@ -13,7 +13,7 @@
 # Where build.sh keeps its builds (its default: ~/.cache/nodeinit/k8s).
 K8S_CACHE       ?=
 K8S_OLDEST      ?= v1.35
-E2E_K8S_TIMEOUT ?= 40m
+E2E_K8S_TIMEOUT ?= 30m
 
 .PHONY: k8s e2e-k8s lint-k8s
 
