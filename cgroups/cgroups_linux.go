@@ -83,6 +83,10 @@ type Options struct {
 	// with.
 	KubeletCgroupDriver string
 	KubeletConfigured   bool
+	// KubeletKeepsOwnDriver says the kubelet does not take the cgroup
+	// driver the runtime reports over the CRI (a release before v1.31,
+	// or KubeletCgroupDriverFromCRI off: node.TakesRuntimeCgroupDriver).
+	KubeletKeepsOwnDriver bool
 }
 
 // Result is what Setup found and did.
@@ -116,8 +120,11 @@ type Result struct {
 	// kubelet with the systemd cgroup driver takes /a/b for
 	// /a.slice/a-b.slice.
 	rootPath string
-	// driver is the kubelet's cgroup driver, "" when unknown.
-	driver string
+	// KubeletCgroupDriver is the cgroup driver the kubelet will run with,
+	// "" when unknown: the one containerd reports over the CRI where it
+	// does and the kubelet takes it, else the kubelet's own (driver.go).
+	// The cgroup root, the limits read and the system-bus check follow it.
+	KubeletCgroupDriver string
 }
 
 // Setup evacuates the root of a v2 cgroup namespace when asked (or by
@@ -147,7 +154,7 @@ func prepare(o Options, act bool) (Result, error) {
 	}
 	if res.LimitsRoot == "" {
 		res.LimitsRoot = o.OwnRoot
-		if o.OwnRoot != "" && res.driver == DriverSystemd {
+		if o.OwnRoot != "" && res.KubeletCgroupDriver == DriverSystemd {
 			res.LimitsRoot = systemdPath(o.OwnRoot)
 		}
 	}
@@ -183,8 +190,9 @@ func place(o Options, act bool) (Result, error) {
 	var res Result
 	evacuate := evacuateByDefault(os.Getpid(), layout)
 	drivers := readDrivers("/", o.KubeletCgroupDriver, o.KubeletConfigured)
+	drivers.KubeletKeepsOwn = o.KubeletKeepsOwnDriver
 	drivers.PrivateRoot = evacuate
-	res.driver = drivers.kubelet()
+	res.KubeletCgroupDriver = drivers.kubelet()
 	if act {
 		for _, w := range drivers.warnings() {
 			klog.Warning(w)
@@ -257,7 +265,7 @@ func place(o Options, act bool) (Result, error) {
 		return res, log.kubeletFailure(o, err)
 	}
 	res.KubeletRoot = root
-	if res.driver == DriverSystemd && root != "/" {
+	if res.KubeletCgroupDriver == DriverSystemd && root != "/" {
 		named, ok := systemdRoot(root)
 		if !ok {
 			res.KubeletRoot = ""

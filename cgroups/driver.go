@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/nodeinit/nodeinit/internal/linux"
@@ -38,11 +39,14 @@ type drivers struct {
 	KubeletDefault bool
 	// Containerd is the driver containerd's runc runtime uses, "" when
 	// unknown; ContainerdAsks says containerd tells the kubelet its driver
-	// over the CRI (a version 3 configuration: containerd 2.0 or later,
+	// over the CRI (a configuration of version 3 or later: containerd 2.0 or later,
 	// which answers RuntimeConfig; a kubelet from 1.31 on then takes that
 	// driver over its own).
 	Containerd     string
 	ContainerdAsks bool
+	// KubeletKeepsOwn says the kubelet does not ask (its release or its
+	// KubeletCgroupDriverFromCRI gate).
+	KubeletKeepsOwn bool
 	// Systemd says /run/systemd/system exists: systemd runs the host and
 	// its /run is mounted in.
 	Systemd bool
@@ -64,7 +68,7 @@ func (d drivers) warnings() []string {
 		said += " (its default)"
 	}
 	var out []string
-	if d.Containerd != "" && !d.ContainerdAsks && d.Containerd != d.Kubelet {
+	if d.Containerd != "" && !d.takesContainerds() && d.Containerd != d.Kubelet {
 		out = append(out, fmt.Sprintf("%s and containerd the %s one (%s in %s): the kubelet makes the pods' cgroups where containerd does not put their containers, and pods fail to start; "+
 			"set the same driver in both (the kubelet's cgroupDriver, containerd's SystemdCgroup), or use containerd 2.0 or later, whose driver the kubelet takes over the CRI",
 			said, d.Containerd, systemdCgroupSetting(d.Containerd), ContainerdConfig))
@@ -86,11 +90,15 @@ func (d drivers) warnings() []string {
 // kubelet is the driver the kubelet runs with: containerd's where it
 // takes that over the CRI, else its own; "" when unknown.
 func (d drivers) kubelet() string {
-	if d.ContainerdAsks && d.Containerd != "" {
+	if d.takesContainerds() && d.Containerd != "" {
 		return d.Containerd
 	}
 	return d.Kubelet
 }
+
+// takesContainerds says containerd reports its driver and the kubelet
+// takes it.
+func (d drivers) takesContainerds() bool { return d.ContainerdAsks && !d.KubeletKeepsOwn }
 
 // systemdCgroupSetting is the containerd setting that gives driver.
 func systemdCgroupSetting(driver string) string {
@@ -121,9 +129,10 @@ func readDrivers(fsRoot, kubelet string, configured bool) drivers {
 // its configuration: every "SystemdCgroup = true|false" line, which only
 // runc's options take. Several runtimes that disagree, or none that says,
 // give "" (unknown: containerd's default depends on its version).
-// version3 says the file is a version 3 configuration, which only
-// containerd 2.0 and later read. A line scan, not a TOML parser: it needs
-// two keys, whose values are bare words.
+// version3 says the file is a configuration of version 3 or later, which
+// only containerd 2.0 and later read (2.0 writes version 3, 2.4 version
+// 4). A line scan, not a TOML parser: it needs two keys, whose values are
+// bare words.
 func containerdDriver(text []byte) (driver string, version3 bool) {
 	inTable := false
 	sc := bufio.NewScanner(bytes.NewReader(text))
@@ -144,7 +153,8 @@ func containerdDriver(text []byte) (driver string, version3 bool) {
 		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
 		switch {
 		case key == "version" && !inTable:
-			version3 = value == "3"
+			n, err := strconv.Atoi(value)
+			version3 = err == nil && n >= 3
 		case key == "SystemdCgroup":
 			var d string
 			switch value {

@@ -26,6 +26,11 @@ func TestContainerdDriver(t *testing.T) {
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
     SystemdCgroup = false   # as containerd config default writes it
 `, DriverCgroupfs, true},
+		{"version 4 (containerd 2.4's), runc with systemd", `version = 4
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  SystemdCgroup = true
+`, DriverSystemd, true},
+		{"a version that is no number", "version = \"3\"\n", "", false},
 		{"two runtimes that agree", "[a]\nSystemdCgroup = true\n[b]\nSystemdCgroup=true\n", DriverSystemd, false},
 		{"two runtimes that disagree", "[a]\nSystemdCgroup = true\n[b]\nSystemdCgroup = false\n", "", false},
 		{"commented out", "version = 2\n[a]\n# SystemdCgroup = true\n", "", false},
@@ -62,6 +67,9 @@ func TestDriverWarnings(t *testing.T) {
 			want: [][]string{{"the kubelet uses the systemd cgroup driver and containerd the cgroupfs one (SystemdCgroup = false in"}}},
 		{name: "containerd 2 tells the kubelet its driver",
 			d: drivers{Kubelet: DriverCgroupfs, Containerd: DriverSystemd, ContainerdAsks: true, Systemd: true}},
+		{name: "a kubelet that does not ask keeps its own driver: the mismatch shows",
+			d:    drivers{Kubelet: DriverCgroupfs, Containerd: DriverSystemd, ContainerdAsks: true, KubeletKeepsOwn: true, Systemd: true},
+			want: [][]string{{"the kubelet uses the cgroupfs cgroup driver and containerd the systemd one"}}},
 		{name: "containerd 2's systemd without systemd",
 			d:    drivers{Kubelet: DriverCgroupfs, Containerd: DriverSystemd, ContainerdAsks: true},
 			want: [][]string{{"the kubelet uses the systemd cgroup driver, but /run/systemd/system does not exist"}}},
@@ -159,4 +167,29 @@ func TestReadDrivers(t *testing.T) {
 			t.Errorf("got %+v, warnings %q", got, got.warnings())
 		}
 	})
+}
+
+// The driver the kubelet runs with is the one containerd reports where it
+// reports one and the kubelet takes it (KubeletCgroupDriverFromCRI), else
+// the kubelet's own: the cgroup root, the limits and the system-bus check
+// follow it.
+func TestKubeletDriverIsTheRuntimesWhereItTakesIt(t *testing.T) {
+	tests := []struct {
+		name string
+		d    drivers
+		want string
+	}{
+		{name: "nothing known", d: drivers{}, want: ""},
+		{name: "the kubelet's own, containerd unknown", d: drivers{Kubelet: DriverSystemd}, want: DriverSystemd},
+		{name: "containerd 1.x does not report", d: drivers{Kubelet: DriverSystemd, Containerd: DriverCgroupfs}, want: DriverSystemd},
+		{name: "containerd 2 reports cgroupfs", d: drivers{Kubelet: DriverSystemd, Containerd: DriverCgroupfs, ContainerdAsks: true}, want: DriverCgroupfs},
+		{name: "containerd 2 reports, the kubelet does not ask",
+			d: drivers{Kubelet: DriverSystemd, Containerd: DriverCgroupfs, ContainerdAsks: true, KubeletKeepsOwn: true}, want: DriverSystemd},
+		{name: "containerd 2, its driver unknown", d: drivers{Kubelet: DriverSystemd, ContainerdAsks: true}, want: DriverSystemd},
+	}
+	for _, tt := range tests {
+		if got := tt.d.kubelet(); got != tt.want {
+			t.Errorf("%s: driver %q, want %q", tt.name, got, tt.want)
+		}
+	}
 }

@@ -1,24 +1,32 @@
 # The real-node tests (test/k8s): nodeinit with the real kubelet and
 # kube-proxy against a real control plane and containerd. Included by the
 # Makefile, which defines GO and STATICCHECK. The Kubernetes binaries come
-# from test/k8s/build, a Go module of its own (Kubernetes never enters
-# nodeinit's go.mod): build.sh builds them from the Go module proxy into a
-# cache outside the tree, keyed on the release, the Go version and the
-# flags, and prints the directory; a cached build is reused.
+# from test/k8s/build, a Go module per release (Kubernetes never enters
+# nodeinit's go.mod): test/k8s/build itself pins the suite's release
+# (control plane, kubelet, kube-proxy, kubectl, crictl), and
+# test/k8s/build/$(K8S_OLDEST) the kubelet and kube-proxy of the oldest
+# minor still supported upstream, which the node tests also run. build.sh
+# builds a release from the Go module proxy into a cache outside the tree,
+# keyed on the release, the Go version and the flags, and prints the
+# directory; a cached build is reused.
 
 # Where build.sh keeps its builds (its default: ~/.cache/nodeinit/k8s).
 K8S_CACHE       ?=
+K8S_OLDEST      ?= v1.35
 E2E_K8S_TIMEOUT ?= 30m
 
 .PHONY: k8s e2e-k8s lint-k8s
 
-k8s: ## kubelet, kube-proxy, the control plane, kubectl and crictl at the pinned release, into the cache (≈ 10 min the first time)
+k8s: ## the Kubernetes binaries of the suite's release and the oldest supported one's node binaries, into the cache (≈ 15 min the first time)
 	test/k8s/build/build.sh $(K8S_CACHE)
+	test/k8s/build/build.sh --release $(K8S_OLDEST) $(K8S_CACHE)
 
 e2e-k8s: ## the real-node tests: real kubelet and kube-proxy under nodeinit, a real control plane, containerd, podman (root)
 	@bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
-	  echo "Kubernetes binaries: $$bin" && \
-	  NODEINIT_K8S_BIN=$$bin $(GO) test -tags k8s -count=1 -v -timeout $(E2E_K8S_TIMEOUT) -skip '^(TestRealNodeBench|TestModernHost)$$' ./test/k8s
+	  oldest=$$(test/k8s/build/build.sh --release $(K8S_OLDEST) $(K8S_CACHE) | tail -n 1) && \
+	  echo "Kubernetes binaries: $$bin; the oldest release's node binaries: $$oldest" && \
+	  NODEINIT_K8S_BIN=$$bin NODEINIT_K8S_OLDEST_BIN=$$oldest \
+	  $(GO) test -tags k8s -count=1 -v -timeout $(E2E_K8S_TIMEOUT) -skip '^(TestRealNodeBench|TestModernHost)$$' ./test/k8s
 
 # The tests carry the build tag k8s, so `go vet ./...` and staticcheck in
 # lint do not see them: this runs both with the tag, as part of lint.

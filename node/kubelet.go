@@ -32,7 +32,10 @@ type KubeletConfig struct {
 	// FailSwapOn, FeatureGates and ResolvConf are what the checks of a
 	// restricted container (package restrict) must not override; nil or
 	// absent when the files leave them to the kubelet's defaults.
-	FailSwapOn   *bool           `json:"failSwapOn,omitempty"`
+	FailSwapOn *bool `json:"failSwapOn,omitempty"`
+	// FailCgroupV1 is what CgroupV1Refusal reads: nil when the files
+	// leave it to the kubelet's default, which depends on its release.
+	FailCgroupV1 *bool           `json:"failCgroupV1,omitempty"`
 	FeatureGates map[string]bool `json:"featureGates,omitempty"`
 	ResolvConf   *string         `json:"resolvConf,omitempty"`
 	// ShutdownGracePeriod and ShutdownGracePeriodCriticalPods, or
@@ -108,10 +111,13 @@ func (k KubeletConfig) ShutdownDelay() time.Duration {
 	return time.Duration(sum) * time.Second
 }
 
-// CgroupDriver is the kubelet's cgroup driver: its --cgroup-driver flag,
-// which the kubelet takes over its configuration, else cgroupDriver from
-// the configuration; "" when neither sets it (the kubelet's default is
-// cgroupfs). With "systemd" the kubelet needs systemd on the system bus.
+// CgroupDriver is the kubelet's own cgroup driver setting: its
+// --cgroup-driver flag, which the kubelet takes over its configuration,
+// else cgroupDriver from the configuration; "" when neither sets it (the
+// kubelet's default is cgroupfs). The driver it runs with is the one its
+// container runtime reports over the CRI where the runtime does and the
+// kubelet asks (TakesRuntimeCgroupDriver): cgroups.Result's
+// KubeletCgroupDriver is that one.
 func (k KubeletConfig) CgroupDriver() string {
 	if k.cgroupDriverFlag != "" {
 		return k.cgroupDriverFlag

@@ -10,9 +10,11 @@ const systemBusSocket = "/run/dbus/system_bus_socket"
 // there is no system bus (noBus says why; nil means there is one): the
 // kubelet reaches systemd there for every pod's cgroup, and nodeinit's
 // login1 bus, which the kubelet takes for the system bus, has no systemd
-// of its own to pass those calls to.
-func (k KubeletConfig) RequireSystemBus(noBus error) error {
-	if noBus == nil || k.CgroupDriver() != "systemd" {
+// of its own to pass those calls to. driver is the one the kubelet will
+// run with: the runtime's where it reports one and the kubelet takes it
+// (cgroups.Result.KubeletCgroupDriver), else its own (CgroupDriver).
+func RequireSystemBus(driver string, noBus error) error {
+	if noBus == nil || driver != "systemd" {
 		return nil
 	}
 	return fmt.Errorf("the kubelet's cgroup driver is systemd, which it reaches on the system bus, and this container has none (%v): "+

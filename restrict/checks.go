@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/node"
 )
 
 // isKubelet says whether the executor is a kubelet: its program is named
@@ -35,9 +36,8 @@ func isKubeProxy(in Input) bool {
 	return in.Config.Proxy.Run && filepath.Base(in.Config.Proxy.Path) == "kube-proxy"
 }
 
-// The gate that lets the kubelet run in a user namespace: it then takes a
-// /dev/kmsg it cannot open and kernel tunables it cannot write as warnings.
-const userNamespaceGate = "KubeletInUserNamespace"
+// The gate that lets the kubelet run in a user namespace (node.UserNamespaceGate).
+const userNamespaceGate = node.UserNamespaceGate
 
 // checkCgroupfs remounts a read-only cgroupfs read-write (k0s does the
 // same): the kubelet makes the pods' cgroups in it. Only with
@@ -89,7 +89,7 @@ func checkKmsg(p *Plan, h *host, in Input) {
 	if !isKubelet(in) {
 		return
 	}
-	if v, where := featureGate(in, userNamespaceGate); h.userNS && (where == "" || v) && !in.Config.ContainerChecks.Skips(config.CheckUserNamespace) {
+	if h.userNS && userNamespaceGateOn(in) {
 		return
 	}
 	const kmsg = "/dev/kmsg"
@@ -112,6 +112,40 @@ func checkKmsg(p *Plan, h *host, in Input) {
 	p.adjust(config.CheckKmsg, "bind /dev/null over /dev/kmsg (over the file itself, never through a link; a shared mount under it is detached from its peers first)",
 		"/dev/kmsg is %s in this container and the kubelet exits when it cannot open it", what)
 	p.warn("The kubelet sees no kernel OOM events: /dev/kmsg is /dev/null in this container; pass the host's /dev/kmsg to the container (--device /dev/kmsg) to have them")
+}
+
+// userNamespaceGateOn says the kubelet will run with userNamespaceGate on:
+// set on, or left unset where its release turns it on by default or
+// checkUserNamespace adds it.
+func userNamespaceGateOn(in Input) bool {
+	v, where := featureGate(in, userNamespaceGate)
+	if where != "" {
+		return v
+	}
+	return node.UserNamespaceGateOnByDefault(in.KubeletVersion) || !in.Config.ContainerChecks.Skips(config.CheckUserNamespace)
+}
+
+// warnCgroupV1 says in one line that the kubelet will exit at start on
+// this cgroup v1 host (node.CgroupV1Refusal), which it decides as the
+// kubelet does: /sys/fs/cgroup is not a cgroup2 mount (the topmost mount
+// there, as statfs sees it; none at all is the file system below, not
+// cgroup2 either). nodeinit never sets failCgroupV1 itself.
+func warnCgroupV1(p *Plan, h *host, in Input) {
+	if !isKubelet(in) {
+		return
+	}
+	v2 := false
+	for _, m := range h.mounts {
+		if m.Mountpoint == "/sys/fs/cgroup" {
+			v2 = m.FSType == "cgroup2"
+		}
+	}
+	if v2 {
+		return
+	}
+	if line := node.CgroupV1Refusal(in.Config.Executor.Args, in.Kubelet, in.KubeletVersion); line != "" {
+		p.warn("%s", line)
+	}
 }
 
 // checkSwap refuses to start a kubelet that would exit on swap: swap is on

@@ -77,6 +77,10 @@ type Input struct {
 	Config *config.Config
 	// Kubelet is the executor's kubelet configuration (node.ReadKubeletConfig).
 	Kubelet node.KubeletConfig
+	// KubeletVersion is the release of the executor's kubelet
+	// (node.ReadKubeletVersion), the zero value when unknown: the checks
+	// whose answer depends on the kubelet's defaults read it.
+	KubeletVersion node.KubeletVersion
 }
 
 func (p *Plan) adjust(check, what, format string, args ...any) {
@@ -119,6 +123,9 @@ func Inspect(in Input) Plan {
 			checks[name](&p, h, in)
 		}
 	}
+	// Not a check to skip: it changes nothing, it only says what the
+	// kubelet will do.
+	warnCgroupV1(&p, h, in)
 	return p
 }
 

@@ -90,6 +90,7 @@ func TestInspect(t *testing.T) {
 		container func(*container)
 		config    func(*config.Config)
 		kubelet   node.KubeletConfig
+		version   node.KubeletVersion
 		// What the plan must hold: flags, adjustments by check, words of
 		// warnings and of the refusal (empty: none), mounts.
 		kubeletArgs, proxyArgs []string
@@ -342,6 +343,57 @@ func TestInspect(t *testing.T) {
 			adjusted:    []string{"user-namespace"},
 		},
 		{
+			name:      "a user namespace, a v1.37 kubelet: its gate is on by default, nothing to add",
+			container: userNamespace,
+			version:   v137,
+			config:    func(c *config.Config) { c.ContainerChecks.Skip = []string{"conntrack", "nofile"} },
+		},
+		{
+			name:      "a user namespace, a v1.37 kubelet, the user-namespace check skipped: the default gate still covers /dev/kmsg",
+			container: func(c *container) { userNamespace(c); delete(c.files, "dev/kmsg") },
+			version:   v137,
+			config:    func(c *config.Config) { c.ContainerChecks.Skip = []string{"conntrack", "nofile", "user-namespace"} },
+		},
+		{
+			name:        "a user namespace, a v1.36 kubelet: the gate is added",
+			container:   userNamespace,
+			version:     node.KubeletVersion{Major: 1, Minor: 36, Patch: 3},
+			config:      func(c *config.Config) { c.ContainerChecks.Skip = []string{"conntrack", "nofile"} },
+			kubeletArgs: []string{"--feature-gates=KubeletInUserNamespace=true"},
+			adjusted:    []string{"user-namespace"},
+		},
+		{
+			name:      "a user namespace, a v1.37 kubelet with the gate off: kept, with a warning",
+			container: userNamespace,
+			version:   v137,
+			config: func(c *config.Config) {
+				c.ContainerChecks.Skip = []string{"conntrack", "nofile"}
+				c.Executor.Args = []string{"--feature-gates=KubeletInUserNamespace=false"}
+			},
+			warnings: []string{"the kubelet's --feature-gates sets KubeletInUserNamespace=false"},
+		},
+		{
+			name:      "cgroup v1 (no cgroup2 at /sys/fs/cgroup), a v1.37 kubelet with failCgroupV1 unset: one line, nothing changed",
+			container: cgroupV1,
+			version:   v137,
+			kubelet:   node.KubeletConfig{File: "/k.yaml", Files: []string{"/k.yaml"}},
+			warnings:  []string{"The kubelet (v1.37.2, read from its dependency k8s.io/kubernetes) will exit at start on this cgroup v1 host", "set failCgroupV1: false in /k.yaml"},
+		},
+		{
+			name:      "cgroup v1, a v1.37 kubelet with failCgroupV1: false",
+			container: cgroupV1,
+			version:   v137,
+			kubelet:   node.KubeletConfig{File: "/k.yaml", Files: []string{"/k.yaml"}, FailCgroupV1: &no},
+		},
+		{
+			name:      "cgroup v1, a kubelet of an unknown release: nothing said",
+			container: cgroupV1,
+		},
+		{
+			name:    "cgroup v2, a v1.37 kubelet with failCgroupV1 unset: nothing said",
+			version: v137,
+		},
+		{
 			name:        "a user namespace with no /dev/kmsg: the gate covers it, no mount",
 			container:   func(c *container) { userNamespace(c); delete(c.files, "dev/kmsg") },
 			config:      func(c *config.Config) { c.ContainerChecks.Skip = []string{"conntrack", "nofile"} },
@@ -359,7 +411,7 @@ func TestInspect(t *testing.T) {
 			if tt.config != nil {
 				tt.config(cfg)
 			}
-			p := Inspect(Input{Root: c.write(t), Config: cfg, Kubelet: tt.kubelet})
+			p := Inspect(Input{Root: c.write(t), Config: cfg, Kubelet: tt.kubelet, KubeletVersion: tt.version})
 			if !slices.Equal(p.KubeletArgs, tt.kubeletArgs) || !slices.Equal(p.ProxyArgs, tt.proxyArgs) {
 				t.Errorf("kubelet flags %q, proxy flags %q; want %q, %q", p.KubeletArgs, p.ProxyArgs, tt.kubeletArgs, tt.proxyArgs)
 			}
@@ -397,6 +449,18 @@ func TestInspect(t *testing.T) {
 			}
 		})
 	}
+}
+
+var v137 = node.KubeletVersion{Major: 1, Minor: 37, Patch: 2, From: "its dependency k8s.io/kubernetes"}
+
+// cgroupV1 makes c a hybrid cgroup v1 host: v1 hierarchies at
+// /sys/fs/cgroup/*, cgroup2 at /sys/fs/cgroup/unified.
+func cgroupV1(c *container) {
+	c.files["proc/self/mountinfo"] = "1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n" +
+		"2 1 0:25 / /sys/fs/cgroup rw,nosuid,nodev,noexec - tmpfs tmpfs ro,mode=755\n" +
+		"3 2 0:26 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw\n" +
+		"4 2 0:27 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory\n"
+	c.files["proc/self/cgroup"] = "5:memory:/\n0::/\n"
 }
 
 // readOnlyCgroupfs makes c's cgroup2 mount read-only.

@@ -4,18 +4,19 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/cgroups"
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/node"
 )
 
 // checkUserNamespace adapts the node to a user namespace (rootless podman,
-// a userns-remapped engine): the kubelet's KubeletInUserNamespace gate,
-// and a refusal when the cgroups the kubelet needs are not delegated.
+// a userns-remapped engine): the kubelet's KubeletInUserNamespace gate
+// (added where the kubelet's release has it off by default and nothing
+// sets it), and a refusal when the cgroups the kubelet needs are not delegated.
 // kube-proxy's sysctls are checkConntrack's: they follow from which of
 // them this process may write.
 func checkUserNamespace(p *Plan, h *host, in Input) {
@@ -23,6 +24,8 @@ func checkUserNamespace(p *Plan, h *host, in Input) {
 		return
 	}
 	switch v, where := featureGate(in, userNamespaceGate); {
+	case where == "" && node.UserNamespaceGateOnByDefault(in.KubeletVersion):
+		// The kubelet has it on by itself: nothing to add.
 	case where == "":
 		p.KubeletArgs = append(p.KubeletArgs, "--feature-gates="+userNamespaceGate+"=true")
 		p.adjust(config.CheckUserNamespace, "--feature-gates="+userNamespaceGate+"=true for the kubelet",
@@ -36,32 +39,9 @@ func checkUserNamespace(p *Plan, h *host, in Input) {
 }
 
 // featureGate is the value the kubelet takes for gate, and where it is
-// set: its --feature-gates flags (repeats merge, the last wins) over its
-// configuration's featureGates; where is empty when neither sets it.
+// set (node.FeatureGate).
 func featureGate(in Input, gate string) (value bool, where string) {
-	if v, ok := in.Kubelet.FeatureGates[gate]; ok {
-		value, where = v, "the kubelet's configuration "+strings.Join(in.Kubelet.Files, " ")
-	}
-	args := in.Config.Executor.Args
-	for i := 0; i < len(args) && args[i] != "--"; i++ {
-		a := strings.TrimLeft(args[i], "-")
-		list, ok := strings.CutPrefix(a, "feature-gates=")
-		if !ok && a == "feature-gates" && i+1 < len(args) {
-			i++
-			list, ok = args[i], true
-		}
-		if !ok {
-			continue
-		}
-		for kv := range strings.SplitSeq(list, ",") {
-			k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
-			if k == gate {
-				b, _ := strconv.ParseBool(v)
-				value, where = b, "the kubelet's --feature-gates"
-			}
-		}
-	}
-	return value, where
+	return node.FeatureGate(in.Config.Executor.Args, in.Kubelet, gate)
 }
 
 // The controllers the kubelet needs in a user namespace, delegated to the

@@ -29,13 +29,14 @@ import (
 func writeFlags(cfg *config.Config) int {
 	env := childEnv(cfg)
 	kubelet, _ := node.ReadKubeletConfig(cfg.Executor.Args)
+	version := node.ReadKubeletVersion(cfg.Executor.Path, env)
 	root, own := node.OwnCgroupRoot(cfg.Executor.Args, kubelet)
-	cg, err := cgroups.Preview(cgroupOptions(cfg, root, own, kubelet))
+	cg, err := cgroups.Preview(cgroupOptions(cfg, root, own, kubelet, version))
 	if err != nil {
 		klog.ErrorS(err, "Cannot discover the container")
 		return exitFailure
 	}
-	plan := restrict.Inspect(restrict.Input{Root: "/", Config: cfg, Kubelet: kubelet})
+	plan := restrict.Inspect(restrict.Input{Root: "/", Config: cfg, Kubelet: kubelet, KubeletVersion: version})
 	for _, l := range plan.Describe() {
 		fmt.Fprintln(os.Stderr, "nodeinit:", l)
 	}
@@ -124,11 +125,13 @@ func each(err error) []error {
 // (node.OwnCgroupRoot) says the executor sets no cgroup root itself, and,
 // with executor.sizeNodeToContainer, the limits to read on the kubelet's
 // cgroup root (root: the one the executor sets, if any), and the kubelet's
-// cgroup driver to check.
-func cgroupOptions(cfg *config.Config, root, own string, kubelet node.KubeletConfig) cgroups.Options {
+// cgroup driver to check: its own, and whether its release (version)
+// takes the runtime's over it.
+func cgroupOptions(cfg *config.Config, root, own string, kubelet node.KubeletConfig, version node.KubeletVersion) cgroups.Options {
 	return cgroups.Options{Cgroup: cfg.Cgroup, ForKubelet: cfg.Executor.ContainPodResources && own == "",
 		Limits: cfg.Executor.SizeNodeToContainer, OwnRoot: root,
-		KubeletCgroupDriver: kubelet.CgroupDriver(), KubeletConfigured: len(kubelet.Files) > 0}
+		KubeletCgroupDriver: kubelet.CgroupDriver(), KubeletConfigured: len(kubelet.Files) > 0,
+		KubeletKeepsOwnDriver: !node.TakesRuntimeCgroupDriver(cfg.Executor.Args, kubelet, version)}
 }
 
 // childEnv is the children's environment: nodeinit's own, with PATH as the
@@ -148,6 +151,9 @@ type start struct {
 	warnings []string // the configuration's, to log
 
 	kubelet node.KubeletConfig
+	// version is the executor's kubelet release, the zero value when
+	// unknown (node.ReadKubeletVersion).
+	version node.KubeletVersion
 	plan    *restrict.Plan
 	cg      cgroups.Result
 	ct      node.Container
@@ -286,7 +292,11 @@ func (s *start) container() int {
 	if err != nil {
 		klog.Warningf("%v; taking it to set no cgroup root", err)
 	}
-	plan, ok := adjustForContainer(s.cfg, s.kubelet)
+	s.version = node.ReadKubeletVersion(s.cfg.Executor.Path, childEnv(s.cfg))
+	if s.version.Known() {
+		klog.InfoS("The executor's kubelet release, from its Go build information", "version", s.version, "from", s.version.From)
+	}
+	plan, ok := adjustForContainer(s.cfg, s.kubelet, s.version)
 	s.plan = plan
 	s.undo = append(s.undo, func() { plan.Close() })
 	if !ok {
@@ -302,7 +312,7 @@ func (s *start) cgroup() int {
 	if own != "" {
 		klog.InfoS("The executor sets its own cgroup root, so nodeinit adds none", "cgroupRoot", root, "from", own)
 	}
-	cg, err := cgroups.Setup(cgroupOptions(s.cfg, root, own, s.kubelet))
+	cg, err := cgroups.Setup(cgroupOptions(s.cfg, root, own, s.kubelet, s.version))
 	if err != nil {
 		klog.ErrorS(err, "Cannot join the container's cgroup")
 		return exitFailure
@@ -363,7 +373,7 @@ func (s *start) gracefulShutdown() int {
 	if !s.cfg.GracefulNodeShutdown.Enabled {
 		return 0
 	}
-	drain, env, err := startNodeDrain(s.cfg.GracefulNodeShutdown, s.kubelet)
+	drain, env, err := startNodeDrain(s.cfg.GracefulNodeShutdown, s.kubelet, s.cg.KubeletCgroupDriver)
 	if err != nil {
 		klog.ErrorS(err, "Cannot serve login1 for graceful node shutdown")
 		return exitFailure
@@ -380,8 +390,8 @@ func (s *start) gracefulShutdown() int {
 // adjustForContainer checks what the container lacks or restricts, logs
 // every adjustment once with its reason, makes its mounts, and says false
 // (after one line why) when the node cannot run here.
-func adjustForContainer(cfg *config.Config, kubelet node.KubeletConfig) (*restrict.Plan, bool) {
-	plan := restrict.Inspect(restrict.Input{Root: "/", Config: cfg, Kubelet: kubelet})
+func adjustForContainer(cfg *config.Config, kubelet node.KubeletConfig, version node.KubeletVersion) (*restrict.Plan, bool) {
+	plan := restrict.Inspect(restrict.Input{Root: "/", Config: cfg, Kubelet: kubelet, KubeletVersion: version})
 	for _, w := range plan.Warnings {
 		klog.Warning(w)
 	}

@@ -90,8 +90,10 @@ func shutdownDelay(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) t
 // startNodeDrain listens on the login1 bus in a private directory and
 // returns the drain and the environment entry that points the executor at
 // it. It must run before the executor starts: the kubelet looks for the bus
-// once, when it starts.
-func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) (*nodeDrain, string, error) {
+// once, when it starts. driver is the cgroup driver the kubelet will run
+// with (cgroups.Result.KubeletCgroupDriver): with systemd it needs the
+// container's own system bus.
+func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig, driver string) (*nodeDrain, string, error) {
 	delay := shutdownDelay(gs, kubelet)
 	// The executor's system bus is nodeinit's: what is not for logind goes
 	// on to the container's own system bus, where it has one, unless the
@@ -100,7 +102,7 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig) 
 	if !gs.SystemBusPassThrough {
 		upstream, noBus = "", errors.New("--system-bus-pass-through=false")
 	}
-	if err := kubelet.RequireSystemBus(noBus); err != nil {
+	if err := node.RequireSystemBus(driver, noBus); err != nil {
 		return nil, "", err
 	}
 	dir, err := os.MkdirTemp(cmp.Or(runDir(), os.TempDir()), "nodeinit-bus-")

@@ -286,19 +286,25 @@ func TestNodeSizedToItsCgroupParent(t *testing.T) {
 			n.Status.Allocatable["cpu"], int64(limitMemory), int64(limitMilliCPU))
 		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
 	})
-	t.Run("sized", func(t *testing.T) {
-		makeCgroup(t, cg)
-		limitCgroup(t, cg, limitMemory, limitMilliCPU, limitPids)
-		flags := []string{"--cgroup-parent=" + cg, "--require-cgroup"}
-		k := c.startNode(t, nodeSpec{flags: flags})
-		want := k.writeFlags(t, c.nodeinitArgs(k.dir, "iptables"), append([]string{"--log-dir=" + filepath.Join(k.dir, "logs")}, flags...)...)
-		got := k.checkSizedNode(cg, func(string) string { return cg }, want)
-		t.Logf("sized: --system-reserved=%s; the Node's capacity memory %s cpu %s, allocatable memory %s (%s bytes) cpu %s",
-			got.reserved, got.capMemory.RatString(), got.capCPU.RatString(), k.getNode().Status.Allocatable["memory"],
-			got.allocMemory.RatString(), got.allocCPU.FloatString(3))
-		checkCgroups(t, "the kubelet", k.children()["kubelet"], cg, false)
-		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
-	})
+	t.Run("sized", func(t *testing.T) { checkSizedToCgroupParent(t, c, cg, "") })
+}
+
+// checkSizedToCgroupParent runs a node with the kubelet and kube-proxy in
+// bin (the suite's when empty) in cg, limited as TestNodeSizedToItsCgroupParent
+// says: the kubelet runs with the --system-reserved --write-flags prints,
+// and the Node's allocatable is what the container has.
+func checkSizedToCgroupParent(t *testing.T, c *cluster, cg, bin string) {
+	makeCgroup(t, cg)
+	limitCgroup(t, cg, limitMemory, limitMilliCPU, limitPids)
+	flags := []string{"--cgroup-parent=" + cg, "--require-cgroup"}
+	k := c.startNode(t, nodeSpec{flags: flags, bin: bin})
+	want := k.writeFlags(t, c.nodeinitArgsFor(k.bin, k.dir, "iptables"), append([]string{"--log-dir=" + filepath.Join(k.dir, "logs")}, flags...)...)
+	got := k.checkSizedNode(cg, func(string) string { return cg }, want)
+	t.Logf("sized: --system-reserved=%s; the Node's capacity memory %s cpu %s, allocatable memory %s (%s bytes) cpu %s",
+		got.reserved, got.capMemory.RatString(), got.capCPU.RatString(), k.getNode().Status.Allocatable["memory"],
+		got.allocMemory.RatString(), got.allocCPU.FloatString(3))
+	checkCgroups(t, "the kubelet", k.children()["kubelet"], cg, false)
+	t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
 }
 
 // TestNodeSizedToItsMesosContainer: a Mesos containerizer's container

@@ -18,6 +18,7 @@ type containerd struct {
 	*server
 	dir    string
 	crictl string
+	ctr    string // its ctr: "ctr" from PATH for the distribution's
 }
 
 // containerdConfig is containerd's whole configuration for these machines:
@@ -85,24 +86,37 @@ const cniConfig = `{
 }
 `
 
+// startContainerd starts the distribution's containerd in dir.
 func startContainerd(dir, crictl string) (*containerd, error) {
+	return startContainerdFrom(dir, crictl, "", containerdConfig)
+}
+
+// startContainerdFrom starts the containerd in bin (the distribution's,
+// from PATH, when empty; then bin goes first in its PATH, for its shim)
+// with config, a format whose %[1]s is dir and %[2]s the pause image.
+func startContainerdFrom(dir, crictl, bin, config string) (*containerd, error) {
 	for _, d := range []string{dir, filepath.Join(dir, "net.d")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
 	}
 	conf := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, containerdConfig, dir, pauseImage), 0o644); err != nil {
+	if err := os.WriteFile(conf, fmt.Appendf(nil, config, dir, pauseImage), 0o644); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "net.d", "10-nodeinit-test.conflist"), fmt.Appendf(nil, cniConfig, dir, bridgeName, podCIDR), 0o644); err != nil {
 		return nil, err
 	}
-	s, err := startServer(filepath.Dir(dir), "containerd", "containerd", "--config", conf)
+	program, ctr, env := "containerd", "ctr", []string(nil)
+	if bin != "" {
+		program, ctr = filepath.Join(bin, "containerd"), filepath.Join(bin, "ctr")
+		env = []string{"PATH=" + bin + string(filepath.ListSeparator) + os.Getenv("PATH")}
+	}
+	s, err := startServerEnv(filepath.Dir(dir), filepath.Base(dir), env, program, "--config", conf)
 	if err != nil {
 		return nil, err
 	}
-	c := &containerd{server: s, dir: dir, crictl: crictl}
+	c := &containerd{server: s, dir: dir, crictl: crictl, ctr: ctr}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		conn, err := net.Dial("unix", c.socket())
@@ -127,7 +141,7 @@ func (c *containerd) endpoint() string { return "unix://" + c.socket() }
 // importImage imports a docker-archive into the namespace the CRI plugin
 // uses, unpacked for its snapshotter.
 func (c *containerd) importImage(archive string) error {
-	_, err := run(2*time.Minute, "ctr", "--address", c.socket(), "--namespace", "k8s.io", "images", "import", archive)
+	_, err := run(2*time.Minute, c.ctr, "--address", c.socket(), "--namespace", "k8s.io", "images", "import", archive)
 	return err
 }
 

@@ -72,8 +72,10 @@ type cluster struct {
 	// servers in the order started; stopped in reverse.
 	servers    []*server
 	containerd *containerd
-	podman     *podman
-	base       *hostState // the host before the fixture touched it
+	// archives are the pause and busybox images, for another runtime.
+	archives []string
+	podman   *podman
+	base     *hostState // the host before the fixture touched it
 	// timings, for the report.
 	controlPlane, images time.Duration
 	// nodeImage builds the node image once (buildNodeImage).
@@ -104,11 +106,18 @@ func getCluster(t *testing.T) *cluster {
 // them the first time.
 func k8sBin(t *testing.T) string {
 	t.Helper()
-	if dir := os.Getenv("NODEINIT_K8S_BIN"); dir != "" {
+	return buildDir(t, "NODEINIT_K8S_BIN")
+}
+
+// buildDir is the directory of a build of build.sh: $env when set, else
+// what build.sh with args prints, building it the first time.
+func buildDir(t *testing.T, env string, args ...string) string {
+	t.Helper()
+	if dir := os.Getenv(env); dir != "" {
 		return dir
 	}
 	script := filepath.Join(testenv.ModuleRoot(t), "test", "k8s", "build", "build.sh")
-	cmd := exec.Command(script)
+	cmd := exec.Command(script, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -163,6 +172,7 @@ func startCluster(t *testing.T) (c *cluster, err error) {
 	if err != nil {
 		return c, err
 	}
+	c.archives = archives
 	if c.containerd, err = startContainerd(filepath.Join(dir, "containerd"), filepath.Join(c.bin, "crictl")); err != nil {
 		return c, err
 	}

@@ -79,8 +79,10 @@ spec:
 type kubeNode struct {
 	t       *testing.T
 	c       *cluster
-	dir     string    // the node's files, as the host sees them
-	started time.Time // when nodeinit was started
+	dir     string      // the node's files, as the host sees them
+	bin     string      // the node's kubelet and kube-proxy (nodeSpec.bin)
+	runtime *containerd // the kubelet's container runtime (nodeSpec.runtime); nil: c.containerd
+	started time.Time   // when nodeinit was started
 	// pid is nodeinit's pid as the host sees it; log its own log lines;
 	// running whether it runs; stop sends it TERM (or stops the container)
 	// and returns its exit code.
@@ -109,6 +111,24 @@ type nodeSpec struct {
 	kubeletConfig string
 	// env is more of nodeinit's environment (a Mesos agent's variables).
 	env []string
+	// bin is the directory of the node's kubelet and kube-proxy, of a
+	// release of the matrix (releases); empty: the suite's own, c.bin.
+	bin string
+	// runtime is the kubelet's container runtime; nil: c.containerd.
+	runtime *containerd
+	// prefix runs first in the node's namespaces and execs nodeinit
+	// (testenv.Options.Prefix).
+	prefix []string
+	// kubeletArgs are more of the kubelet's flags, after its own.
+	kubeletArgs []string
+}
+
+// runtime is the container runtime spec asks for.
+func (c *cluster) runtime(spec nodeSpec) *containerd {
+	if spec.runtime != nil {
+		return spec.runtime
+	}
+	return c.containerd
 }
 
 func (s nodeSpec) proxyMode() string {
@@ -132,7 +152,7 @@ func (c *cluster) writeNodeFiles(t *testing.T, dir, seenAs string, spec nodeSpec
 	files := map[string][]byte{
 		"kubelet.conf":          c.pki.kubeconfig(apiServer, kubelet),
 		"kube-proxy.conf":       c.pki.kubeconfig(apiServer, proxy),
-		"kubelet.yaml":          fmt.Appendf(nil, kubeletConfig+spec.kubeletConfig, seenAs, c.containerd.endpoint()),
+		"kubelet.yaml":          fmt.Appendf(nil, kubeletConfig+spec.kubeletConfig, seenAs, c.runtime(spec).endpoint()),
 		"ca.crt":                c.pki.caPEM,
 		"kubelet-serving.crt":   serving.cert,
 		"kubelet-serving.key":   serving.key,
@@ -180,9 +200,12 @@ func proxyFlags(mode string) []string {
 // nodeinitArgs are nodeinit's flags for a node on the host: proxyFlags,
 // the kube-proxy binary and its kubeconfig in dir, and the grace period the
 // node image's configuration has too.
-func (c *cluster) nodeinitArgs(dir, mode string) []string {
+func (c *cluster) nodeinitArgs(dir, mode string) []string { return c.nodeinitArgsFor(c.bin, dir, mode) }
+
+// nodeinitArgsFor is nodeinitArgs with the kube-proxy in bin.
+func (c *cluster) nodeinitArgsFor(bin, dir, mode string) []string {
 	return append([]string{
-		"--proxy-path=" + filepath.Join(c.bin, "kube-proxy"),
+		"--proxy-path=" + filepath.Join(bin, "kube-proxy"),
 		"--proxy-kubeconfig=" + filepath.Join(dir, "kube-proxy.conf"),
 		"--shutdown-grace-period=20s",
 	}, proxyFlags(mode)...)
@@ -210,15 +233,28 @@ func (c *cluster) startNode(t *testing.T, spec nodeSpec) *kubeNode {
 	t.Helper()
 	dir := t.TempDir()
 	c.writeNodeFiles(t, dir, dir, spec)
-	return c.launchNode(t, dir, "", spec.env, c.nodeArgs(dir, spec)...)
+	k := c.launchNodeWith(t, dir, testenv.Options{Env: spec.env, Prefix: spec.prefix}, c.nodeArgs(dir, spec)...)
+	k.bin = c.nodeBin(spec)
+	k.runtime = c.runtime(spec)
+	return k
+}
+
+// nodeBin is the directory of the kubelet and kube-proxy spec asks for.
+func (c *cluster) nodeBin(spec nodeSpec) string {
+	if spec.bin != "" {
+		return spec.bin
+	}
+	return c.bin
 }
 
 // nodeArgs are nodeinit's command line for a node in dir: its flags,
 // then the kubelet's.
 func (c *cluster) nodeArgs(dir string, spec nodeSpec) []string {
-	args := append(c.nodeinitArgs(dir, spec.proxyMode()), "--log-dir="+filepath.Join(dir, "logs"))
+	bin := c.nodeBin(spec)
+	args := append(c.nodeinitArgsFor(bin, dir, spec.proxyMode()), "--log-dir="+filepath.Join(dir, "logs"))
 	args = append(append(args, spec.flags...), "--")
-	return append(args, c.kubeletArgs(filepath.Join(c.bin, "kubelet"), dir)...)
+	args = append(args, c.kubeletArgs(filepath.Join(bin, "kubelet"), dir)...)
+	return append(args, spec.kubeletArgs...)
 }
 
 // launchNode runs binary (the test build of nodeinit when empty) with args
@@ -235,7 +271,7 @@ func (c *cluster) launchNode(t *testing.T, dir, binary string, env []string, arg
 func (c *cluster) launchNodeWith(t *testing.T, dir string, o testenv.Options, args ...string) *kubeNode {
 	t.Helper()
 	sharedKubeletDir(t)
-	k := &kubeNode{t: t, c: c, dir: dir}
+	k := &kubeNode{t: t, c: c, dir: dir, bin: c.bin, runtime: c.containerd}
 	o.MountNS, o.Propagation, o.Dir = true, "unchanged", dir
 	n := testenv.Launch(t, o, args...)
 	k.started = n.Started
@@ -278,7 +314,11 @@ func findPID1(n *testenv.Node) (int, error) {
 // what the node changed on the host, then checks the host is as before.
 func (k *kubeNode) teardown() {
 	t := k.t
-	for _, err := range k.c.containerd.removePods() {
+	rt := k.runtime
+	if rt == nil {
+		rt = k.c.containerd
+	}
+	for _, err := range rt.removePods() {
 		t.Error(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -226,7 +226,7 @@ func (k *kubeNode) writeFlags(t *testing.T, args []string, extra ...string) [][]
 	t.Helper()
 	argv := append([]string{"unshare", "--pid", "--fork", "--mount-proc", testenv.BuildRaced(t, "./cmd/nodeinit"), "--write-flags"}, args...)
 	argv = append(append(argv, extra...), "--")
-	argv = append(argv, k.c.kubeletArgs(filepath.Join(k.c.bin, "kubelet"), k.dir)...)
+	argv = append(argv, k.c.kubeletArgs(filepath.Join(k.bin, "kubelet"), k.dir)...)
 	// stdout alone: stderr has the adjustments for the container, for people.
 	out, err := stdoutOf(10*time.Second, argv...)
 	must(t, err)

@@ -32,6 +32,12 @@ type server struct {
 // process dies without stopping it (a test binary's timeout panic), the
 // kernel kills it.
 func startServer(dir, name string, argv ...string) (*server, error) {
+	return startServerEnv(dir, name, nil, argv...)
+}
+
+// startServerEnv is startServer with env added to the server's
+// environment (a later entry wins).
+func startServerEnv(dir, name string, env []string, argv ...string) (*server, error) {
 	s := &server{name: name, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
 	out, err := os.Create(s.log)
 	if err != nil {
@@ -39,6 +45,9 @@ func startServer(dir, name string, argv ...string) (*server, error) {
 	}
 	defer out.Close()
 	s.cmd = exec.Command(argv[0], argv[1:]...)
+	if env != nil {
+		s.cmd.Env = append(os.Environ(), env...)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = out, out
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {

@@ -55,18 +55,21 @@ endpoints: [{addresses: ["` + outsideEndpoint + `"], conditions: {ready: true}}]
 // TestNodeInANetworkNamespace runs the node in a network namespace of its
 // own, as a container runtime gives it, with kube-proxy's conntrack left
 // unset. There nf_conntrack_max is read-only (Linux 5.12.2 and later) and
-// kube-proxy v1.34 exits when it cannot write its default: without the
-// check (--skip-container-checks=conntrack) nodeinit restarts it on every
-// backoff; with it, nodeinit passes --conntrack-max-per-core=0, logs why
-// once, and kube-proxy stays up and programs a Service in the node's
-// namespace while the host's sysctls stay as they were.
+// kube-proxy up to v1.35 at least exits when it cannot write its default
+// (it writes whenever the value differs; v1.37 only raises a lower one):
+// without the check (--skip-container-checks=conntrack) nodeinit restarts
+// the oldest release's kube-proxy on every backoff; with it, nodeinit
+// passes --conntrack-max-per-core=0, logs why once, and the suite's
+// kube-proxy stays up and programs a Service in the node's namespace while
+// the host's sysctls stay as they were.
 func TestNodeInANetworkNamespace(t *testing.T) {
 	c := getCluster(t)
+	old := releases(t)[1]
 	flags := []string{"--proxy-restart-backoff=500ms", "--proxy-restart-backoff-max=1s"}
 
-	t.Run("without the check kube-proxy is restarted on every backoff", func(t *testing.T) {
+	t.Run("without the check kube-proxy "+old.version+" is restarted on every backoff", func(t *testing.T) {
 		ns := newNodeNetns(t)
-		k := c.startNodeInNetns(t, ns, append(flags, "--skip-container-checks=conntrack")...)
+		k := c.startNodeInNetnsFrom(t, ns, old.bin, append(flags, "--skip-container-checks=conntrack")...)
 		var after time.Duration
 		for range 3 {
 			after = k.waitLog(30*time.Second, after, `"Proxy ended; restarting after backoff"`).at + time.Microsecond
@@ -330,10 +333,17 @@ func (ns *nodeNetns) close() {
 // ones), and more nodeinit flags.
 func (c *cluster) startNodeInNetns(t *testing.T, ns *nodeNetns, flags ...string) *kubeNode {
 	t.Helper()
+	return c.startNodeInNetnsFrom(t, ns, "", flags...)
+}
+
+// startNodeInNetnsFrom is startNodeInNetns with the kubelet and kube-proxy
+// in bin (the suite's when empty).
+func (c *cluster) startNodeInNetnsFrom(t *testing.T, ns *nodeNetns, bin string, flags ...string) *kubeNode {
+	t.Helper()
 	dir := t.TempDir()
 	c.writeNodeFiles(t, dir, dir, nodeSpec{})
 	var args []string
-	for _, a := range c.nodeArgs(dir, nodeSpec{flags: flags}) {
+	for _, a := range c.nodeArgs(dir, nodeSpec{flags: flags, bin: bin}) {
 		switch {
 		case strings.HasPrefix(strings.TrimPrefix(a, "--proxy-arg="), "--conntrack-"):
 		case strings.HasPrefix(a, "--node-ip="):
@@ -343,6 +353,7 @@ func (c *cluster) startNodeInNetns(t *testing.T, ns *nodeNetns, flags ...string)
 		}
 	}
 	k := c.launchNodeWith(t, dir, testenv.Options{Prefix: []string{"nsenter", "--net=" + ns.path, "--"}}, args...)
+	k.bin = c.nodeBin(nodeSpec{bin: bin})
 	// Before the node's teardown, which checks the host's links: the node
 	// must have ended for its namespace, and the veth with it, to go.
 	t.Cleanup(func() {
@@ -499,21 +510,27 @@ func TestNodeWithSwapOn(t *testing.T) {
 
 // TestNodeInAUserNamespace runs the real kubelet and kube-proxy under
 // nodeinit in a user namespace (unshare --user --map-root-user, uid_map
-// "0 0 1"), as in a rootless or userns-remapped container. Without the
-// checks the kubelet exits on /dev/kmsg; with them nodeinit adds
-// KubeletInUserNamespace=true to its feature gates, says once why, and
-// the Node is Ready and a static pod runs. kube-proxy, on the host's
-// network namespace, which this user namespace does not own, cannot work:
-// nodeinit says so in one line.
+// "0 0 1"), as in a rootless or userns-remapped container. The kubelet's
+// KubeletInUserNamespace gate is off by default before v1.37: without the
+// checks the oldest release's kubelet exits on /dev/kmsg; with them
+// nodeinit adds KubeletInUserNamespace=true to its feature gates, says
+// once why, and the Node is Ready and a static pod runs. From v1.37 the
+// gate is on by default: nodeinit, which reads the kubelet's release from
+// its binary, adds nothing, and the suite's kubelet runs with its own
+// default. kube-proxy, on the host's network namespace, which this user
+// namespace does not own, cannot work: nodeinit says so in one line.
 func TestNodeInAUserNamespace(t *testing.T) {
 	c := getCluster(t)
-	start := func(t *testing.T, flags ...string) *kubeNode {
+	old := releases(t)[1]
+	start := func(t *testing.T, bin string, flags ...string) *kubeNode {
 		dir := t.TempDir()
 		c.writeNodeFiles(t, dir, dir, nodeSpec{})
-		return c.launchNodeWith(t, dir, testenv.Options{Unshare: []string{"--user", "--map-root-user"}}, c.nodeArgs(dir, nodeSpec{flags: flags})...)
+		k := c.launchNodeWith(t, dir, testenv.Options{Unshare: []string{"--user", "--map-root-user"}}, c.nodeArgs(dir, nodeSpec{flags: flags, bin: bin})...)
+		k.bin = c.nodeBin(nodeSpec{bin: bin})
+		return k
 	}
-	t.Run("without the checks the kubelet exits", func(t *testing.T) {
-		k := start(t, "--skip-container-checks=user-namespace,kmsg")
+	t.Run("without the checks the kubelet "+old.version+" exits", func(t *testing.T) {
+		k := start(t, old.bin, "--skip-container-checks=user-namespace,kmsg")
 		code := k.wait(60 * time.Second)
 		line := lastLineWith(k.executorLog(), "/dev/kmsg")
 		if code == 0 || line == "" {
@@ -521,38 +538,54 @@ func TestNodeInAUserNamespace(t *testing.T) {
 		}
 		t.Logf("the kubelet exited, nodeinit with it (%d): %s", code, line)
 	})
-	t.Run("with the checks the Node is Ready and a static pod runs", func(t *testing.T) {
-		// kube-proxy fails at once here; a long backoff keeps it from
-		// starting again while the node is stopped.
-		k := start(t, "--proxy-restart-backoff=1m", "--proxy-restart-backoff-max=1m")
-		k.waitLog(30*time.Second, 0, `"Adjusted the node to its container"`, `check="user-namespace"`)
-		if a := k.lines(`"Adjusted the node to its container"`, `check="user-namespace"`, "KubeletInUserNamespace=true"); len(a) != 1 {
-			t.Errorf("want one line for the feature gate; log:\n%s", k.log())
-		}
-		if w := k.lines("kube-proxy cannot program this network namespace"); len(w) != 1 {
-			t.Errorf("want one line saying why kube-proxy cannot work here; log:\n%s", k.log())
-		}
-		_, took := k.waitReady(90 * time.Second)
-		if args := strings.Join(cmdline(k.children()["kubelet"]), " "); !strings.Contains(args, "--feature-gates=KubeletInUserNamespace=true") {
-			t.Errorf("the kubelet's command line lacks the gate: %s", args)
-		}
-		k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
-		t.Logf("Node Ready %v after nodeinit started in a user namespace; static pod Running %v after", took.Round(10*time.Millisecond),
-			time.Since(k.started).Round(10*time.Millisecond))
-		k.waitLog(30*time.Second, 0, `"Proxy ended; restarting after backoff"`)
-		if line := lastLineWith(k.proxyLog(), "you must be root"); line == "" {
-			t.Errorf("kube-proxy failed otherwise than the warning says:\n%s", testenv.Tail(k.proxyLog(), 10))
-		}
-		t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+	t.Run("with the checks the kubelet "+old.version+" gets the gate, the Node is Ready and a static pod runs", func(t *testing.T) {
+		checkUserNamespaceNode(t, start(t, old.bin, "--proxy-restart-backoff=1m", "--proxy-restart-backoff-max=1m"), true)
 	})
+	t.Run("the suite's kubelet has the gate on by default: nothing added, the Node is Ready and a static pod runs", func(t *testing.T) {
+		checkUserNamespaceNode(t, start(t, "", "--proxy-restart-backoff=1m", "--proxy-restart-backoff-max=1m"), false)
+	})
+}
+
+// checkUserNamespaceNode checks a node in a user namespace: the gate added
+// by nodeinit (gate) or not, the Node Ready, the static pod Running,
+// kube-proxy failing as nodeinit's warning says. kube-proxy fails at once
+// there; the node's long backoff keeps it from starting again while the
+// node is stopped.
+func checkUserNamespaceNode(t *testing.T, k *kubeNode, gate bool) {
+	// Everything nodeinit says before the first fork is logged by then.
+	k.waitLog(30*time.Second, 0, `"Started task"`, `task="executor"`)
+	if len(k.lines("kube-proxy cannot program this network namespace")) != 1 {
+		t.Errorf("want one line saying why kube-proxy cannot work here; log:\n%s", k.log())
+	}
+	adjusted := k.lines(`"Adjusted the node to its container"`, `check="user-namespace"`, "KubeletInUserNamespace=true")
+	_, took := k.waitReady(90 * time.Second)
+	args := strings.Join(cmdline(k.children()["kubelet"]), " ")
+	switch {
+	case gate && len(adjusted) != 1:
+		t.Errorf("want one line for the feature gate; log:\n%s", k.log())
+	case gate && !strings.Contains(args, "--feature-gates=KubeletInUserNamespace=true"):
+		t.Errorf("the kubelet's command line lacks the gate: %s", args)
+	case !gate && (len(adjusted) != 0 || strings.Contains(args, "KubeletInUserNamespace")):
+		t.Errorf("nodeinit added the gate the kubelet has on by default: %q; the kubelet runs as %s", adjusted, args)
+	}
+	k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
+	t.Logf("Node Ready %v after nodeinit started in a user namespace; static pod Running %v after", took.Round(10*time.Millisecond),
+		time.Since(k.started).Round(10*time.Millisecond))
+	k.waitLog(30*time.Second, 0, `"Proxy ended; restarting after backoff"`)
+	if line := lastLineWith(k.proxyLog(), "you must be root"); line == "" {
+		t.Errorf("kube-proxy failed otherwise than the warning says:\n%s", testenv.Tail(k.proxyLog(), 10))
+	}
+	t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
 }
 
 // TestRootlessNodeWithANetworkNamespaceOfItsOwn: a user namespace with a
 // network namespace it owns, as rootless podman makes one (unshare --user
 // --map-root-user --net; the test wires it up from outside once nodeinit
-// runs there). nodeinit gives the kubelet its gate and kube-proxy 0 for
-// nf_conntrack_max, the one conntrack sysctl that namespace may not write;
-// the Node is Ready and kube-proxy programs a Service there.
+// runs there). nodeinit gives kube-proxy 0 for nf_conntrack_max, the one
+// conntrack sysctl that namespace may not write, and the kubelet nothing:
+// its KubeletInUserNamespace gate is on by default from v1.37
+// (TestNodeInAUserNamespace has the release that needs it); the Node is
+// Ready and kube-proxy programs a Service there.
 func TestRootlessNodeWithANetworkNamespaceOfItsOwn(t *testing.T) {
 	c := getCluster(t)
 	dir := t.TempDir()
@@ -575,11 +608,12 @@ func TestRootlessNodeWithANetworkNamespaceOfItsOwn(t *testing.T) {
 		}
 		ns.close()
 	})
-	for _, check := range []string{"user-namespace", "conntrack"} {
-		k.waitLog(30*time.Second, 0, `"Adjusted the node to its container"`, `check="`+check+`"`)
-	}
+	k.waitLog(30*time.Second, 0, `"Started task"`, `task="executor"`)
 	if a := k.lines(`"Adjusted the node to its container"`, `check="conntrack"`); len(a) != 1 || !strings.Contains(a[0], "--conntrack-max-per-core=0") {
 		t.Errorf("want one conntrack adjustment, for nf_conntrack_max alone; got %q", a)
+	}
+	if a := k.lines(`"Adjusted the node to its container"`, `check="user-namespace"`); len(a) != 0 {
+		t.Errorf("nodeinit added the gate the kubelet has on by default: %q", a)
 	}
 	_, took := k.waitReady(90 * time.Second)
 	t.Logf("Node Ready %v after nodeinit started, rootless with a network namespace of its own", took.Round(10*time.Millisecond))

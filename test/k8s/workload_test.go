@@ -157,7 +157,8 @@ func rulesFor(t interface{ Fatal(...any) }, mode string) string {
 }
 
 // programmed reports whether listing sends the Service's IP to a service
-// chain and holds a DNAT to each pod.
+// chain and holds a DNAT to each pod, in the form of either release of the
+// matrix.
 func programmed(mode, listing, ip string, pods []pod) bool {
 	switch mode {
 	case "iptables":
@@ -173,8 +174,11 @@ func programmed(mode, listing, ip string, pods []pod) bool {
 		if !strings.Contains(listing, ip+" . tcp . 80") {
 			return false
 		}
+		// An endpoint chain's own DNAT (to v1.36), or an entry of the
+		// service chain's DNAT map (v1.37: "dnat ip to numgen random mod 2
+		// map { 0 : IP . PORT, ... }").
 		for _, p := range pods {
-			if !strings.Contains(listing, "dnat to "+p.Status.PodIP+":8080") {
+			if !strings.Contains(listing, "dnat to "+p.Status.PodIP+":8080") && !strings.Contains(listing, ": "+p.Status.PodIP+" . 8080") {
 				return false
 			}
 		}

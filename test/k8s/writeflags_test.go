@@ -19,14 +19,21 @@ import (
 )
 
 // TestWriteFlagsLinesAreAcceptedByKubeProxy: every kind of command line
-// nodeinit builds for kube-proxy is one the real kube-proxy accepts, and
-// means what nodeinit's flags say. kube-proxy --write-config-to parses and
-// validates its flags, writes the configuration it would run with, and
-// exits 0: each line --write-flags prints is run that way and the written
-// configuration is read back.
+// nodeinit builds for kube-proxy is one the real kube-proxy of each release
+// of the matrix (releases) accepts, and means what nodeinit's flags say.
+// kube-proxy --write-config-to parses and validates its flags, writes the
+// configuration it would run with, and exits 0: each line --write-flags
+// prints is run that way and the written configuration is read back.
 func TestWriteFlagsLinesAreAcceptedByKubeProxy(t *testing.T) {
-	bin := k8sBin(t)
 	nodeinit := testenv.BuildRaced(t, "./cmd/nodeinit")
+	for _, r := range releases(t) {
+		t.Run(r.version, func(t *testing.T) { checkKubeProxyLines(t, nodeinit, r.bin) })
+	}
+}
+
+// checkKubeProxyLines is TestWriteFlagsLinesAreAcceptedByKubeProxy for the
+// kube-proxy in bin.
+func checkKubeProxyLines(t *testing.T, nodeinit, bin string) {
 	dir := t.TempDir()
 	own := filepath.Join(dir, "kube-proxy-config.yaml")
 	must(t, os.WriteFile(own, []byte(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
