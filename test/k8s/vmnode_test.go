@@ -310,17 +310,6 @@ func (k *kubeNode) waitGuestReady(timeout time.Duration) (node, time.Duration) {
 	}
 }
 
-// grepLines are the lines of text that hold word.
-func grepLines(text, word string) string {
-	var out []string
-	for l := range strings.SplitSeq(text, "\n") {
-		if strings.Contains(l, word) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
 func nodeAddress(n node) string {
 	for _, a := range n.Status.Addresses {
 		if a.Type == "InternalIP" {
