@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 // hostDrainMarker is what the host-shutdown pod's preStop hook writes to
@@ -138,9 +140,10 @@ systemctl restart systemd-logind`, hostDelaySec))
 		t.Logf("systemctl poweroff: %s %v", out, err)
 	}
 	var marker, down time.Duration
+	var after string
 	for deadline := poweroff.Add(guestPowerOffBound); down == 0; time.Sleep(100 * time.Millisecond) {
 		b, _ := os.ReadFile(v.console())
-		after := string(b[min(len(before), len(b)):])
+		after = string(b[min(len(before), len(b)):])
 		if marker == 0 && strings.Contains(after, hostDrainMarker) {
 			marker = time.Since(poweroff)
 		}
@@ -166,6 +169,9 @@ systemctl restart systemd-logind`, hostDelaySec))
 		return
 	}
 
+	// What took the guest's time to stop: systemd's stop jobs, its
+	// killing of what did not stop, the kernel's last lines.
+	t.Logf("the guest's console after systemctl poweroff, last lines:\n%s", testenv.Tail(after, 30))
 	log := k.log()
 	mode := map[bool]string{true: "with the drain", false: "without the drain (--drain-on-host-shutdown=false)"}[drain]
 	if marker > 0 {
@@ -175,7 +181,7 @@ systemctl restart systemd-logind`, hostDelaySec))
 		t.Logf("the host's shutdown %s: no preStop marker before the power-down; systemctl poweroff to the kernel's power-down %v",
 			mode, down.Round(100*time.Millisecond))
 	}
-	t.Logf("the node's log about the shutdown:\n%s", shutdownLines(log))
+	t.Logf("nodeinit's log about the shutdown:\n%s", shutdownLines(log))
 	if drain {
 		if marker == 0 {
 			t.Errorf("the pod's preStop hook did not write %s to the console before %q: the host's shutdown did not drain the node", hostDrainMarker, guestPowerDown)
@@ -188,13 +194,15 @@ systemctl restart systemd-logind`, hostDelaySec))
 	}
 }
 
-// shutdownLines are the lines of a node's log about the drain and the
-// host's shutdown (nodeinit's, and the kubelet's shutdown manager's), the
-// last 40.
+// shutdownLines are nodeinit's own lines (klog's pid 1) of a node's log
+// about the drain and the host's shutdown, the last 40.
 func shutdownLines(log string) string {
 	var out []string
 	for _, l := range nodeinitLines(log) {
-		for _, w := range []string{"The host", "host's logind", "Drain", "drain", "Shutdown manager", "shutdown delay", "the executor"} {
+		if f := strings.Fields(l.text); len(f) < 3 || f[2] != "1" {
+			continue
+		}
+		for _, w := range []string{"The host", "host's logind", "Drain", "drain", "shutdown delay", "the executor"} {
 			if strings.Contains(l.text, w) {
 				out = append(out, l.text)
 				break
