@@ -171,7 +171,17 @@ systemctl restart systemd-logind`, hostDelaySec))
 
 	// What took the guest's time to stop: systemd's stop jobs, its
 	// killing of what did not stop, the kernel's last lines.
-	t.Logf("the guest's console after systemctl poweroff, last lines:\n%s", testenv.Tail(after, 30))
+	var slow []string
+	for l := range strings.SplitSeq(after, "\n") {
+		for _, w := range []string{"stop job", "timed out", "Killing", "SIGKILL"} {
+			if strings.Contains(l, w) {
+				slow = append(slow, strings.TrimSpace(l))
+				break
+			}
+		}
+	}
+	t.Logf("the guest's console after systemctl poweroff: what waited (stop jobs, timeouts, kills):\n%s\nlast lines:\n%s",
+		testenv.Tail(strings.Join(slow, "\n"), 20), testenv.Tail(after, 30))
 	log := k.log()
 	mode := map[bool]string{true: "with the drain", false: "without the drain (--drain-on-host-shutdown=false)"}[drain]
 	if marker > 0 {
