@@ -202,3 +202,27 @@ func (v *vm) sshTimeout(timeout time.Duration, command string) (string, error) {
 		"-o", "LogLevel=ERROR", "-o", "ConnectTimeout=20", "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=6",
 		"root@127.0.0.1", command)
 }
+
+// bootNodeHost boots a guest (bootVM), waits for its systemd to be running
+// and loads the images from the shared folder: pause and busybox into
+// containerd, the node image into podman. It logs how long each step took.
+func bootNodeHost(t *testing.T, dir, share string) *vm {
+	t.Helper()
+	v := bootVM(t, dir, share)
+	t.Logf("VM booted (qemu start to ssh answering) in %v, accel %s", v.booted.Round(time.Second), cmdAccel(v))
+	start := time.Now()
+	state, err := v.sshTimeout(vmBootTimeout, "systemctl is-system-running --wait")
+	state = strings.TrimSpace(state)
+	if state != "running" {
+		failed, _ := v.sshTimeout(time.Minute, "systemctl --failed --no-legend --plain")
+		t.Errorf("the guest's systemd is %q (%v) after boot; failed units:\n%s", state, err, failed)
+	}
+	t.Logf("guest systemd %s %v after ssh answered (%v after qemu started)", state, time.Since(start).Round(time.Second), (v.booted + time.Since(start)).Round(time.Second))
+
+	start = time.Now()
+	if _, err := v.sshTimeout(10*time.Minute, fmt.Sprintf("set -e; mountpoint -q %[1]s; for a in pause busybox; do ctr --namespace k8s.io images import %[1]s/images/$a.tar >/dev/null; done; podman load --quiet -i %[1]s/images/node.tar", guestShare)); err != nil {
+		t.Fatalf("loading the images in the guest: %v", err)
+	}
+	t.Logf("images loaded in the guest (pause and busybox into containerd, the node image into podman) in %v", time.Since(start).Round(time.Second))
+	return v
+}

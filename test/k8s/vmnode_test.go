@@ -55,9 +55,11 @@ const guestDrainDir = "/var/lib/nodeinit-vm-drain"
 // TestModernHost runs the real kubelet and kube-proxy of the node image on
 // a modern node host, booted under qemu: cgroup v2 only, systemd as PID 1,
 // containerd with the systemd cgroup driver. The control plane is the
-// shared fixture's, on this machine's loopback. One guest serves every
-// case, each of which puts the guest back for the next. The times it
-// prints (image, boot, Node Ready, stop) are the ones README.md quotes.
+// shared fixture's, on this machine's loopback. One guest serves the cases
+// under "guest", each of which puts the guest back for the next; the
+// host's shutdown cases boot a guest each, which they power off. The times
+// it prints (image, boot, Node Ready, stop, the host's shutdown) are the
+// ones README.md quotes.
 func TestModernHost(t *testing.T) {
 	c := getCluster(t)
 	c.buildNodeImage(t)
@@ -67,53 +69,43 @@ func TestModernHost(t *testing.T) {
 	c.fillShare(t, share)
 	t.Logf("shared folder filled (kubelet, kube-proxy, crictl, nodeinit, node image, pod images) in %v", time.Since(start).Round(100*time.Millisecond))
 
-	v := bootVM(t, dir, share)
-	t.Logf("VM booted (qemu start to ssh answering) in %v, accel %s", v.booted.Round(time.Second), cmdAccel(v))
-	start = time.Now()
-	state, err := v.sshTimeout(vmBootTimeout, "systemctl is-system-running --wait")
-	state = strings.TrimSpace(state)
-	if state != "running" {
-		failed, _ := v.sshTimeout(time.Minute, "systemctl --failed --no-legend --plain")
-		t.Errorf("the guest's systemd is %q (%v) after boot; failed units:\n%s", state, err, failed)
-	}
-	t.Logf("guest systemd %s %v after ssh answered (%v after qemu started)", state, time.Since(start).Round(time.Second), (v.booted + time.Since(start)).Round(time.Second))
-
-	start = time.Now()
-	if _, err := v.sshTimeout(10*time.Minute, fmt.Sprintf("set -e; mountpoint -q %[1]s; for a in pause busybox; do ctr --namespace k8s.io images import %[1]s/images/$a.tar >/dev/null; done; podman load --quiet -i %[1]s/images/node.tar", guestShare)); err != nil {
-		t.Fatalf("loading the images in the guest: %v", err)
-	}
-	t.Logf("images loaded in the guest (pause and busybox into containerd, the node image into podman) in %v", time.Since(start).Round(time.Second))
-
-	t.Run("facts", func(t *testing.T) { checkModernFacts(t, v) })
-	t.Run("node image", func(t *testing.T) {
-		k := c.runGuestNode(t, v, "")
-		n, took := k.waitGuestReady(5 * time.Minute)
-		t.Logf("Node %s Ready %v after podman run (kubelet %s, InternalIP %s)", n.Metadata.Name, took.Round(100*time.Millisecond), n.Status.NodeInfo.KubeletVersion, nodeAddress(n))
-		static := k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 5*time.Minute)
-		t.Logf("static pod %s Running %v after podman run", static[0].Metadata.Name, time.Since(k.started).Round(100*time.Millisecond))
-		checkSystemdPod(t, v)
-		// The kubelet's eviction manager and its image file system stats
-		// stat containerd's root, which the README's line mounts.
-		if log := k.log(); strings.Contains(log, `"Eviction manager: failed to synchronize"`) {
-			t.Errorf("the kubelet's eviction manager cannot run: it cannot stat containerd's root /var/lib/containerd in the container:\n%s",
-				testenv.Tail(grepLines(log, "Eviction manager: failed to synchronize"), 1))
-		}
-		checkGuestMachineID(t, v, n)
-		s := k.stopAndCheck(90 * time.Second)
-		t.Logf("podman stop: %v", s)
-		if s.code != 0 {
-			t.Errorf("the node container exited %d; want 0", s.code)
-		}
+	// The cases that leave the guest as they found it share one guest; the
+	// host's shutdown powers its guest off, so each of its cases boots its own.
+	t.Run("guest", func(t *testing.T) {
+		v := bootNodeHost(t, t.TempDir(), share)
+		t.Run("facts", func(t *testing.T) { checkModernFacts(t, v) })
+		t.Run("node image", func(t *testing.T) {
+			k := c.runGuestNode(t, v, "")
+			n, took := k.waitGuestReady(5 * time.Minute)
+			t.Logf("Node %s Ready %v after podman run (kubelet %s, InternalIP %s)", n.Metadata.Name, took.Round(100*time.Millisecond), n.Status.NodeInfo.KubeletVersion, nodeAddress(n))
+			static := k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 5*time.Minute)
+			t.Logf("static pod %s Running %v after podman run", static[0].Metadata.Name, time.Since(k.started).Round(100*time.Millisecond))
+			checkSystemdPod(t, v)
+			// The kubelet's eviction manager and its image file system stats
+			// stat containerd's root, which the README's line mounts.
+			if log := k.log(); strings.Contains(log, `"Eviction manager: failed to synchronize"`) {
+				t.Errorf("the kubelet's eviction manager cannot run: it cannot stat containerd's root /var/lib/containerd in the container:\n%s",
+					testenv.Tail(grepLines(log, "Eviction manager: failed to synchronize"), 1))
+			}
+			checkGuestMachineID(t, v, n)
+			s := k.stopAndCheck(90 * time.Second)
+			t.Logf("podman stop: %v", s)
+			if s.code != 0 {
+				t.Errorf("the node container exited %d; want 0", s.code)
+			}
+		})
+		t.Run("graceful node shutdown", func(t *testing.T) {
+			k := c.runGuestNode(t, v, kubeletShutdown, "--graceful-node-shutdown")
+			_, took := k.waitGuestReady(5 * time.Minute)
+			t.Logf("Node Ready %v after podman run", took.Round(100*time.Millisecond))
+			k.waitLog(3*time.Minute, 0, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
+			k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, guestDrainDir))
+			k.waitPods("metadata.name=drain", 1, 5*time.Minute)
+			k.stopAndCheckGuestDrained(v)
+		})
 	})
-	t.Run("graceful node shutdown", func(t *testing.T) {
-		k := c.runGuestNode(t, v, kubeletShutdown, "--graceful-node-shutdown")
-		_, took := k.waitGuestReady(5 * time.Minute)
-		t.Logf("Node Ready %v after podman run", took.Round(100*time.Millisecond))
-		k.waitLog(3*time.Minute, 0, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
-		k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, guestDrainDir))
-		k.waitPods("metadata.name=drain", 1, 5*time.Minute)
-		k.stopAndCheckGuestDrained(v)
-	})
+	t.Run("host shutdown drains the node", func(t *testing.T) { c.checkHostShutdown(t, share, true) })
+	t.Run("host shutdown without the drain", func(t *testing.T) { c.checkHostShutdown(t, share, false) })
 }
 
 // cmdAccel is the accelerator qemu was started with.
@@ -258,15 +250,29 @@ func (c *cluster) runGuestNode(t *testing.T, v *vm, kubeletConfig string, flags 
 // removeGuestNode puts the guest back for the next case: the node
 // container, its pods (through the CRI, so CNI takes their network down),
 // the kubelet's mounts and directories, the node's files; and deletes the
-// node's pods and Node from the control plane. For a failed test it first
-// prints the end of the node's log.
+// node's pods and Node from the control plane (also when the guest is gone:
+// powered off). For a failed test it first prints the end of the node's
+// log.
 func (c *cluster) removeGuestNode(t *testing.T, v *vm, k *kubeNode) {
 	if t.Failed() {
 		t.Logf("the node container's log, last lines:\n%s", testenv.Tail(k.log(), 60))
 	}
-	if !v.qemu.running() {
-		return
+	if v.qemu.running() {
+		c.putGuestBack(t, v)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, p := range append(k.created, "/api/v1/namespaces/default/pods", "/api/v1/nodes/"+nodeName) {
+		if err := c.api.remove(ctx, p); err != nil {
+			t.Errorf("delete %s: %v", p, err)
+		}
+	}
+}
+
+// putGuestBack removes from the running guest the node container, its pods
+// (through the CRI, so CNI takes their network down), the kubelet's mounts
+// and directories, and the node's files.
+func (c *cluster) putGuestBack(t *testing.T, v *vm) {
 	script := `set -u
 podman rm --force --time 60 ` + guestNodeName + ` >/dev/null 2>&1 || true
 ` + guestCrictl + ` rmp --all --force >/dev/null || echo "crictl rmp failed"
@@ -275,13 +281,6 @@ rm -rf /var/lib/kubelet /etc/kubernetes /var/log/pods /var/log/containers ` + gu
 `
 	if out, err := v.sshTimeout(5*time.Minute, script); err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("putting the guest back: %s %v", out, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, p := range append(k.created, "/api/v1/namespaces/default/pods", "/api/v1/nodes/"+nodeName) {
-		if err := c.api.remove(ctx, p); err != nil {
-			t.Errorf("delete %s: %v", p, err)
-		}
 	}
 }
 

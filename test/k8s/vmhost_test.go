@@ -1,0 +1,223 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
+)
+
+// hostDrainMarker is what the host-shutdown pod's preStop hook writes to
+// the guest's kernel log, at level 2 (crit), so that the kernel prints it
+// on the serial console, which qemu writes to a file here: it reaches the
+// test before the guest powers off, with nothing in the guest to survive.
+const hostDrainMarker = "nodeinit-prestop-marker"
+
+// hostDrainPod is drainPod with the kernel log instead of a directory:
+// privileged, with the guest's /dev/kmsg, its preStop hook writes
+// hostDrainMarker there.
+const hostDrainPod = `apiVersion: v1
+kind: Pod
+metadata: {name: hostdrain, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 20
+  volumes: [{name: kmsg, hostPath: {path: /dev/kmsg, type: CharDevice}}]
+  containers:
+  - name: c
+    image: ` + busyboxImage + `
+    imagePullPolicy: Never
+    securityContext: {privileged: true}
+    command: [sh, -c, 'trap "sleep 1; exit 0" TERM; while :; do sleep 1; done']
+    volumeMounts: [{name: kmsg, mountPath: /dev/kmsg}]
+    lifecycle: {preStop: {exec: {command: [sh, -c, "echo '<2>` + hostDrainMarker + `' > /dev/kmsg"]}}}
+`
+
+// guestPowerDown is the kernel's last line on the console before qemu
+// exits (-no-reboot and no -no-shutdown: a powered-off guest ends qemu).
+const guestPowerDown = "reboot: Power down"
+
+// The bounds of the host's shutdown: the drain within the host's delay
+// (60 s) and systemd's stop of everything else (its default stop timeout,
+// 90 s, for a unit that does not stop) with TCG's slowness on top.
+const (
+	hostDelaySec        = 60
+	guestPowerOffBound  = 5 * time.Minute
+	guestQemuExitBound  = time.Minute
+	guestLogFollowBound = time.Minute
+)
+
+// checkHostShutdown boots a guest of its own (it powers it off), raises
+// its logind's InhibitDelayMaxSec to 60 s, and runs the node there with
+// the README's podman line, which mounts the guest's /run, so nodeinit
+// reaches the guest's system bus, and --graceful-node-shutdown, the
+// kubelet's shutdownGracePeriod 30s (10s of it for critical pods). It
+// starts a pod whose preStop hook writes hostDrainMarker to the guest's
+// console, then powers the guest off with systemctl poweroff, through the
+// guest's logind.
+//
+// With drain, nodeinit's default: nodeinit takes its delay lock on the
+// guest's logind (its log line, systemd-inhibit --list), the guest's
+// PrepareForShutdown drains the node, so the preStop hook runs, and the
+// marker reaches the console before the kernel powers the guest off.
+// Without it (--drain-on-host-shutdown=false), nodeinit says so, holds no
+// lock on the guest's logind, and no marker comes before the power-down:
+// the guest's systemd stops the container and the pods' scopes on its own.
+func (c *cluster) checkHostShutdown(t *testing.T, share string, drain bool) {
+	dir := t.TempDir()
+	v := bootNodeHost(t, dir, share)
+
+	v.ssh(fmt.Sprintf(`set -e; mkdir -p /etc/systemd/logind.conf.d
+printf '[Login]\nInhibitDelayMaxSec=%d\n' > /etc/systemd/logind.conf.d/90-node.conf
+systemctl restart systemd-logind`, hostDelaySec))
+	want := fmt.Sprintf("t %d", hostDelaySec*1000000)
+	if got := strings.TrimSpace(v.ssh("busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager InhibitDelayMaxUSec")); got != want {
+		t.Fatalf("the guest's logind has InhibitDelayMaxUSec %q after the drop-in; want %q", got, want)
+	}
+
+	flags := []string{"--graceful-node-shutdown"}
+	if !drain {
+		flags = append(flags, "--drain-on-host-shutdown=false")
+	}
+	k := c.runGuestNode(t, v, kubeletShutdown, flags...)
+	// nodeinit's output after the power-off: podman logs -f in a unit of
+	// the guest's own, into the shared folder, as it comes.
+	hostLog := filepath.Join(k.dir, "node.log")
+	guestLog := guestShare + "/" + filepath.Base(k.dir) + "/node.log"
+	podmanLog := k.log
+	k.log = func() string {
+		if v.qemu.running() {
+			return podmanLog()
+		}
+		b, err := os.ReadFile(hostLog)
+		if err != nil {
+			return err.Error()
+		}
+		return string(b)
+	}
+	_, took := k.waitGuestReady(5 * time.Minute)
+	t.Logf("Node Ready %v after podman run", took.Round(100*time.Millisecond))
+	if drain {
+		l := k.waitLog(3*time.Minute, 0, "Took a shutdown delay lock on the host's logind", fmt.Sprintf(`hostDelay="%v"`, hostDelaySec*time.Second))
+		t.Logf("nodeinit: %s", l.text)
+	} else {
+		l := k.waitLog(3*time.Minute, 0, "The host's shutdown will not drain the node", "--drain-on-host-shutdown=false")
+		t.Logf("nodeinit: %s", l.text)
+	}
+	k.waitLog(3*time.Minute, 0, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
+	locks := v.ssh("systemd-inhibit --list --no-pager")
+	held := strings.Contains(locks, "nodeinit")
+	t.Logf("the guest's delay locks (systemd-inhibit --list):\n%s", strings.TrimSpace(locks))
+	if held != drain {
+		t.Errorf("nodeinit's delay lock on the guest's logind: held %v, want %v", held, drain)
+	}
+
+	k.create("/api/v1/namespaces/default/pods", "hostdrain", hostDrainPod)
+	k.waitPods("metadata.name=hostdrain", 1, 5*time.Minute)
+	v.ssh(fmt.Sprintf("systemd-run --quiet --unit=node-log --collect sh -c 'exec podman logs -f %s > %s 2>&1'", guestNodeName, guestLog))
+	for deadline := time.Now().Add(guestLogFollowBound); ; time.Sleep(time.Second) {
+		if fi, err := os.Stat(hostLog); err == nil && fi.Size() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("podman logs -f wrote nothing into the shared folder within %v", guestLogFollowBound)
+		}
+	}
+
+	before, err := os.ReadFile(v.console())
+	must(t, err)
+	if strings.Contains(string(before), hostDrainMarker) {
+		t.Fatalf("the console shows %s before the guest's shutdown", hostDrainMarker)
+	}
+	poweroff := time.Now()
+	if out, err := v.sshTimeout(time.Minute, "systemctl poweroff --no-block"); err != nil {
+		// The guest may close the connection as it goes down.
+		t.Logf("systemctl poweroff: %s %v", out, err)
+	}
+	var marker, down time.Duration
+	var after string
+	for deadline := poweroff.Add(guestPowerOffBound); down == 0; time.Sleep(100 * time.Millisecond) {
+		b, _ := os.ReadFile(v.console())
+		after = string(b[min(len(before), len(b)):])
+		if marker == 0 && strings.Contains(after, hostDrainMarker) {
+			marker = time.Since(poweroff)
+		}
+		if i := strings.Index(after, guestPowerDown); i >= 0 {
+			down = time.Since(poweroff)
+			// Both may be seen in one read: the order is the console's.
+			if j := strings.Index(after, hostDrainMarker); j > i {
+				marker = 0
+			}
+		}
+		if down == 0 && (!v.qemu.running() || time.Now().After(deadline)) {
+			t.Errorf("the guest did not power off within %v of systemctl poweroff (qemu running: %v)", guestPowerOffBound, v.qemu.running())
+			break
+		}
+	}
+	select {
+	case <-v.qemu.done:
+	case <-time.After(guestQemuExitBound):
+		t.Errorf("qemu still runs %v after the guest's power-down", guestQemuExitBound)
+	}
+	if down == 0 {
+		// A hung guest: the cleanup's stop of qemu kills it.
+		return
+	}
+
+	// What took the guest's time to stop: systemd's stop jobs, its
+	// killing of what did not stop, the kernel's last lines.
+	var slow []string
+	for l := range strings.SplitSeq(after, "\n") {
+		for _, w := range []string{"stop job", "timed out", "Killing", "SIGKILL"} {
+			if strings.Contains(l, w) {
+				slow = append(slow, strings.TrimSpace(l))
+				break
+			}
+		}
+	}
+	t.Logf("the guest's console after systemctl poweroff: what waited (stop jobs, timeouts, kills):\n%s\nlast lines:\n%s",
+		testenv.Tail(strings.Join(slow, "\n"), 20), testenv.Tail(after, 30))
+	log := k.log()
+	mode := map[bool]string{true: "with the drain", false: "without the drain (--drain-on-host-shutdown=false)"}[drain]
+	if marker > 0 {
+		t.Logf("the host's shutdown %s: systemctl poweroff to the preStop marker on the console %v, to the kernel's power-down %v",
+			mode, marker.Round(100*time.Millisecond), down.Round(100*time.Millisecond))
+	} else {
+		t.Logf("the host's shutdown %s: no preStop marker before the power-down; systemctl poweroff to the kernel's power-down %v",
+			mode, down.Round(100*time.Millisecond))
+	}
+	t.Logf("nodeinit's log about the shutdown:\n%s", shutdownLines(log))
+	if drain {
+		if marker == 0 {
+			t.Errorf("the pod's preStop hook did not write %s to the console before %q: the host's shutdown did not drain the node", hostDrainMarker, guestPowerDown)
+		}
+		if !strings.Contains(log, "The host is shutting down: draining the node") {
+			t.Errorf("nodeinit's log lacks %q", "The host is shutting down: draining the node")
+		}
+	} else if marker > 0 {
+		t.Errorf("with --drain-on-host-shutdown=false the preStop hook wrote %s before the power-down (%v after poweroff)", hostDrainMarker, marker)
+	}
+}
+
+// shutdownLines are nodeinit's own lines (klog's pid 1) of a node's log
+// about the drain and the host's shutdown, the last 40.
+func shutdownLines(log string) string {
+	var out []string
+	for _, l := range nodeinitLines(log) {
+		if f := strings.Fields(l.text); len(f) < 3 || f[2] != "1" {
+			continue
+		}
+		for _, w := range []string{"The host", "host's logind", "Drain", "drain", "shutdown delay", "the executor"} {
+			if strings.Contains(l.text, w) {
+				out = append(out, l.text)
+				break
+			}
+		}
+	}
+	return strings.Join(out[max(0, len(out)-40):], "\n")
+}
