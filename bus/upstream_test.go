@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,86 +27,11 @@ import (
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
-// systemBusConfig is a system bus of the test's own: dbus-daemon's
-// system-bus type and authentication, and the stock system bus's default
-// policy (anyone may send a signal to anyone, and a method call only where
-// a service's policy allows it), with holes for the test's services as
-// their own policy files would make them.
-const systemBusConfig = `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>%s</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
-    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus" send_member="UpdateActivationEnvironment"/>
-    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Debug.Stats"/>
-    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.systemd1.Activator"/>
-  </policy>
-  <policy context="default">
-    <allow own="org.example.Echo"/>
-    <allow send_destination="org.example.Echo"/>
-    <allow own="org.freedesktop.systemd1"/>
-    <allow send_destination="org.freedesktop.systemd1"/>
-  </policy>
-</busconfig>
-`
-
-// systemBus runs a real dbus-daemon on a socket in a temporary directory
-// and returns its address; it is stopped when the test ends, or earlier by
-// calling stop.
+// systemBus is a real dbus-daemon with the system bus's policy, where the
+// test's services may be owned and called.
 func systemBus(t *testing.T) (address string, stop func()) {
 	t.Helper()
-	daemon := testenv.RequireTool(t, "dbus-daemon")
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "system.conf")
-	address = "unix:path=" + filepath.Join(dir, "system_bus_socket")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(systemBusConfig, address)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(daemon, "--config-file="+conf, "--nofork", "--nopidfile", "--nosyslog")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			_ = cmd.Process.Kill() // ours, by pid
-			<-exited
-		})
-	}
-	t.Cleanup(stop)
-	deadline := time.After(10 * time.Second)
-	for {
-		if c, err := dbus.Connect(address); err == nil {
-			c.Close()
-			return address, stop
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("dbus-daemon exited: %v", err)
-		case <-deadline:
-			t.Fatal("dbus-daemon did not answer within 10s")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return testenv.SystemBus(t, "org.example.Echo", "org.freedesktop.systemd1")
 }
 
 // echo is a service on the system bus: it answers calls, passes

@@ -7,92 +7,23 @@
 package hostlogindtest
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
-// systemBusConfig is dbus-daemon's system bus: its type, authentication and
-// default policy (anyone may send a signal, a method call only where a
-// service's policy allows it), with logind's own policy file's holes.
-const systemBusConfig = `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>%s</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
-  </policy>
-  <policy user="root">
-    <allow own="org.freedesktop.login1"/>
-    <allow send_destination="org.freedesktop.login1"/>
-  </policy>
-</busconfig>
-`
-
-// Bus runs a real dbus-daemon on a socket in a temporary directory and
-// returns its address; it is stopped when the test ends.
+// Bus runs a real dbus-daemon with the system bus's policy, where
+// org.freedesktop.login1 may be owned and called, and returns its address;
+// it is stopped when the test ends.
 func Bus(t testing.TB) string {
 	t.Helper()
-	daemon, err := exec.LookPath("dbus-daemon")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs dbus-daemon in PATH")
-		}
-		t.Skip("needs dbus-daemon in PATH")
-	}
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "system.conf")
-	address := "unix:path=" + dbus.EscapeBusAddressValue(filepath.Join(dir, "system_bus_socket"))
-	if err := os.WriteFile(conf, fmt.Appendf(nil, systemBusConfig, address), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(daemon, "--config-file="+conf, "--nofork", "--nopidfile", "--nosyslog")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill() // ours, by pid
-		<-exited
-	})
-	deadline := time.After(10 * time.Second)
-	for {
-		if c, err := dbus.Connect(address); err == nil {
-			c.Close()
-			return address
-		}
-		select {
-		case err := <-exited:
-			exited <- err // for the cleanup
-			t.Fatalf("dbus-daemon exited: %v", err)
-		case <-deadline:
-			t.Fatal("dbus-daemon did not answer within 10s")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	address, _ := testenv.SystemBus(t, "org.freedesktop.login1")
+	return address
 }
 
 // Lock is one delay lock taken from the stand-in.
