@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -13,29 +12,6 @@ import (
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
-// inPrivateMountNamespace runs fn on an OS thread of its own in a new,
-// private mount namespace, as nodeinit's is: the mounts fn makes are seen
-// there only. The thread is thrown away afterwards (never unlocked), so no
-// other goroutine runs in that namespace.
-func inPrivateMountNamespace(t *testing.T, fn func() error) error {
-	t.Helper()
-	testenv.RequireRoot(t) // mounting needs root
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
-			done <- err
-			return
-		}
-		if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
-			done <- err
-			return
-		}
-		done <- fn()
-	}()
-	return <-done
-}
-
 func TestApplyMountsTheKeptIDOverMachineIDReadOnly(t *testing.T) {
 	root := fakeRoot(t, map[string]string{"etc/machine-id": "uninitialized\n", "state": "/"})
 	etc := filepath.Join(root, MachineIDFile)
@@ -43,7 +19,7 @@ func TestApplyMountsTheKeptIDOverMachineIDReadOnly(t *testing.T) {
 	p, err := Decide(opts)
 	must(t, err)
 	var seen string
-	err = inPrivateMountNamespace(t, func() error {
+	err = testenv.InPrivateMountNamespace(t, func() error {
 		if _, err := p.Apply(true); err != nil {
 			return err
 		}
@@ -74,7 +50,7 @@ func TestApplyMountsTheKeptIDOverMachineIDReadOnly(t *testing.T) {
 	if again.Source != Kept || again.MachineID != p.MachineID {
 		t.Errorf("after a restart: %s %s, want kept %s", again.Source, again.MachineID, p.MachineID)
 	}
-	err = inPrivateMountNamespace(t, func() error {
+	err = testenv.InPrivateMountNamespace(t, func() error {
 		if _, err := again.Apply(true); err != nil {
 			return err
 		}
@@ -93,7 +69,7 @@ func TestApplyMakesAMissingMachineIDToMountOn(t *testing.T) {
 	p, err := Decide(Options{Root: root, StateDir: "/state", PID1: true, MachineID: true})
 	must(t, err)
 	var seen string
-	must(t, inPrivateMountNamespace(t, func() error {
+	must(t, testenv.InPrivateMountNamespace(t, func() error {
 		if _, err := p.Apply(true); err != nil {
 			return err
 		}
@@ -112,7 +88,7 @@ func TestApplyOutsideItsOwnMountNamespaceMountsNothing(t *testing.T) {
 	root := fakeRoot(t, map[string]string{"etc/machine-id": "uninitialized\n"})
 	p, err := Decide(Options{Root: root, StateDir: "/state", MachineID: true})
 	must(t, err)
-	err = inPrivateMountNamespace(t, func() error {
+	err = testenv.InPrivateMountNamespace(t, func() error {
 		_, err := p.Apply(false)
 		if b, _ := os.ReadFile(filepath.Join(root, MachineIDFile)); string(b) != "uninitialized\n" {
 			t.Errorf("%s reads %q", MachineIDFile, b)
@@ -146,7 +122,7 @@ func TestApplyMountsTheProductUUID(t *testing.T) {
 	p, err := Decide(Options{Root: root, StateDir: "/state", PID1: true, MachineID: true, ProductUUID: true})
 	must(t, err)
 	var seen string
-	must(t, inPrivateMountNamespace(t, func() error {
+	must(t, testenv.InPrivateMountNamespace(t, func() error {
 		if _, err := p.Apply(true); err != nil {
 			return err
 		}

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,38 +21,26 @@ import (
 // thread is thrown away afterwards.
 func hostAndNode(t *testing.T, setup, node, check func() error) {
 	t.Helper()
-	testenv.RequireRoot(t)
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		done <- func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
-				return err
-			}
-			if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
-				return err
-			}
-			if err := setup(); err != nil {
-				return err
-			}
-			host, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			defer unix.Close(host)
-			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-				return err
-			}
-			if err := node(); err != nil {
-				return err
-			}
-			if err := unix.Setns(host, unix.CLONE_NEWNS); err != nil {
-				return err
-			}
-			return check()
-		}()
-	}()
-	must(t, <-done)
+	must(t, testenv.InPrivateMountNamespace(t, func() error {
+		if err := setup(); err != nil {
+			return err
+		}
+		host, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(host)
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return err
+		}
+		if err := node(); err != nil {
+			return err
+		}
+		if err := unix.Setns(host, unix.CLONE_NEWNS); err != nil {
+			return err
+		}
+		return check()
+	}))
 }
 
 // sharedWithPeer mounts a tmpfs at dir, shared, and a peer of it at peer:
@@ -190,7 +177,7 @@ func TestApplyRefusesAMachineIDThatIsALink(t *testing.T) {
 	must(t, err)
 	var applied error
 	var seen []byte
-	must(t, inPrivateMountNamespace(t, func() error {
+	must(t, testenv.InPrivateMountNamespace(t, func() error {
 		_, applied = p.Apply(true)
 		seen, _ = os.ReadFile(filepath.Join(root, "elsewhere"))
 		return nil
@@ -230,7 +217,7 @@ func TestApplyGivesTheNodeTheHostsIDFromAKeptCopy(t *testing.T) {
 	var seen []byte
 	var applied error
 	var source string
-	must(t, inPrivateMountNamespace(t, func() error {
+	must(t, testenv.InPrivateMountNamespace(t, func() error {
 		_, applied = p.Apply(true)
 		seen, _ = os.ReadFile(filepath.Join(root, MachineIDFile))
 		ms, _ := mountinfo.GetMounts(mountinfo.SingleEntryFilter(filepath.Join(root, MachineIDFile)))

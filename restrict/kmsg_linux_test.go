@@ -2,7 +2,6 @@ package restrict
 
 import (
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,35 +19,24 @@ import (
 // is thrown away.
 func standIn(t *testing.T, missing bool, dev, check func() error) (adjusted []Adjustment, applyErr error) {
 	t.Helper()
-	testenv.RequireRoot(t)
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		done <- func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
-				return err
-			}
-			if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
-				return err
-			}
-			if err := unix.Mount("tmpfs", "/dev", "tmpfs", 0, "mode=755"); err != nil {
-				return err
-			}
-			if err := unix.Mknod("/dev/null", unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
-				return err
-			}
-			if err := dev(); err != nil {
-				return err
-			}
-			p := Plan{}
-			checkKmsgMount(&p, missing)
-			p.adjust(config.CheckKmsg, "bind /dev/null over /dev/kmsg", "the test's")
-			_, applyErr = p.Apply()
-			adjusted = p.Adjustments
-			return check()
-		}()
-	}()
-	if err := <-done; err != nil {
+	err := testenv.InPrivateMountNamespace(t, func() error {
+		if err := unix.Mount("tmpfs", "/dev", "tmpfs", 0, "mode=755"); err != nil {
+			return err
+		}
+		if err := unix.Mknod("/dev/null", unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+			return err
+		}
+		if err := dev(); err != nil {
+			return err
+		}
+		p := Plan{}
+		checkKmsgMount(&p, missing)
+		p.adjust(config.CheckKmsg, "bind /dev/null over /dev/kmsg", "the test's")
+		_, applyErr = p.Apply()
+		adjusted = p.Adjustments
+		return check()
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return adjusted, applyErr

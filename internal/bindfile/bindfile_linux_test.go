@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -14,25 +13,11 @@ import (
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
-// inNamespace runs fn on an OS thread of its own in a new private mount
-// namespace; the thread is thrown away afterwards.
+// inNamespace runs fn in a private mount namespace of its own
+// (testenv.InPrivateMountNamespace) and fails the test on its error.
 func inNamespace(t *testing.T, fn func() error) {
 	t.Helper()
-	testenv.RequireRoot(t)
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
-			done <- err
-			return
-		}
-		if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
-			done <- err
-			return
-		}
-		done <- fn()
-	}()
-	if err := <-done; err != nil {
+	if err := testenv.InPrivateMountNamespace(t, fn); err != nil {
 		t.Fatal(err)
 	}
 }
