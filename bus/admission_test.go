@@ -36,7 +36,7 @@ func refused(t *testing.T, b *Bus, want int) string {
 }
 
 func TestNobodyIsAdmittedBeforeTheExecutorRuns(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	tun := defaultTunables()
 	tun.helloTimeout = 500 * time.Millisecond // how long a connection waits for the executor
 	b, err := listenTest(filepath.Join(t.TempDir(), "bus"), testOptions{}, tun)
@@ -49,8 +49,8 @@ func TestNobodyIsAdmittedBeforeTheExecutorRuns(t *testing.T) {
 		t.Fatal("a client was admitted before the executor ran")
 	}
 	refused(t, b, 1)
-	logs.waitFor(t, "Refused a D-Bus connection", "the executor has not started")
-	if l := logs.lines("Refused a D-Bus connection", "the executor has not started"); len(l) != 1 {
+	logs.WaitFor(t, "Refused a D-Bus connection", "the executor has not started")
+	if l := logs.Lines("Refused a D-Bus connection", "the executor has not started"); len(l) != 1 {
 		t.Errorf("log: %q", l)
 	}
 }
@@ -93,7 +93,7 @@ func TestAConnectionBeforeTheExecutorIsKnownWaitsForIt(t *testing.T) {
 
 // The executor's descendants are admitted, the process above it is not.
 func TestTheExecutorsTreeIsAdmittedAndNothingAbove(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	b := listen(t, testOptions{})
 	// The executor is a shell; the kubelet is its child, not the shell
 	// itself (the shell waits for it rather than exec it).
@@ -125,8 +125,8 @@ func TestTheExecutorsTreeIsAdmittedAndNothingAbove(t *testing.T) {
 		t.Fatal("the executor's parent was admitted")
 	}
 	refused(t, b, 1)
-	logs.waitFor(t, "Refused a D-Bus connection", "not the executor or below it")
-	if l := logs.lines("Refused a D-Bus connection", "not the executor or below it"); len(l) != 1 {
+	logs.WaitFor(t, "Refused a D-Bus connection", "not the executor or below it")
+	if l := logs.Lines("Refused a D-Bus connection", "not the executor or below it"); len(l) != 1 {
 		t.Errorf("log: %q", l)
 	}
 	if s := b.Status(); !strings.Contains(s, `inhibitors=1 [who="kubelet"`) {
@@ -140,7 +140,7 @@ func TestTheExecutorsTreeIsAdmittedAndNothingAbove(t *testing.T) {
 // filesystem the bus reads says the test process is the ended executor's
 // child, as it would say of a child of a process that got its pid.
 func TestAnExecutorThatEndedAdmitsNobody(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	executor := exec.Command("sleep", "60")
 	if err := executor.Start(); err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestAnExecutorThatEndedAdmitsNobody(t *testing.T) {
 		t.Fatal("a child of an executor that has ended was admitted")
 	}
 	refused(t, b, 1)
-	logs.waitFor(t, "Refused a D-Bus connection", "the executor has ended")
+	logs.WaitFor(t, "Refused a D-Bus connection", "the executor has ended")
 }
 
 // A connection whose peer has ended by the time it is checked is refused,
@@ -175,7 +175,7 @@ func TestAnExecutorThatEndedAdmitsNobody(t *testing.T) {
 // process's by then. The peer here is a zombie, so its pid still leads to
 // the executor, and only its pidfd says it has ended.
 func TestAPeerThatEndedBeforeItsCheckIsRefused(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	dir := t.TempDir()
 	// A listener of the test's own, so that the connection waits, unchecked,
 	// until the peer has ended.
@@ -220,7 +220,7 @@ func TestAPeerThatEndedBeforeItsCheckIsRefused(t *testing.T) {
 	}
 	b.admit(fd)
 	refused(t, b, 1)
-	logs.waitFor(t, "Refused a D-Bus connection", "the process ended before it was checked")
+	logs.WaitFor(t, "Refused a D-Bus connection", "the process ended before it was checked")
 }
 
 // On a kernel without SO_PEERPIDFD the admission is the walk from the
@@ -228,7 +228,7 @@ func TestAPeerThatEndedBeforeItsCheckIsRefused(t *testing.T) {
 // a refused process, which cannot be told from a later one with its pid,
 // is walked again each time.
 func TestWithoutPeerPidfdsTheWalkAloneDecides(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	b := listen(t, testOptions{}, func(tun *tunables) {
 		tun.peerPidfd = func(int) (int, error) { return -1, os.NewSyscallError("getsockopt SO_PEERPIDFD", unix.ENOPROTOOPT) }
 	})
@@ -253,7 +253,7 @@ func TestWithoutPeerPidfdsTheWalkAloneDecides(t *testing.T) {
 		}
 		refused(t, b, i)
 	}
-	logs.waitFor(t, "Refused a D-Bus connection", "not the executor or below it")
+	logs.WaitFor(t, "Refused a D-Bus connection", "not the executor or below it")
 	b.mu.Lock()
 	remembered := len(b.refused)
 	b.mu.Unlock()

@@ -9,12 +9,10 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/godbus/dbus/v5"
-	"k8s.io/klog/v2"
 )
 
 // The tests' helper processes are this test binary run again with
@@ -189,58 +187,4 @@ func (h *helper) stop() {
 		h.cmd.Process.Kill()
 		<-done
 	}
-}
-
-// logLines captures nodeinit's log (klog, every severity) for the rest of
-// the test.
-type logLines struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// lines returns the lines logged so far that contain every one of subs.
-func (l *logLines) lines(subs ...string) []string {
-	klog.Flush()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, line := range strings.Split(l.buf.String(), "\n") {
-		ok := line != ""
-		for _, s := range subs {
-			ok = ok && strings.Contains(line, s)
-		}
-		if ok {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
-// waitFor waits, at most 10s, for a line that contains every one of subs.
-func (l *logLines) waitFor(t *testing.T, subs ...string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(l.lines(subs...)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line with %q within 10s", subs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func captureLog(t *testing.T) *logLines {
-	l := &logLines{}
-	klog.LogToStderr(false)
-	klog.SetOutputBySeverity("INFO", l)
-	t.Cleanup(func() {
-		klog.SetOutputBySeverity("INFO", nil)
-		klog.LogToStderr(true)
-	})
-	return l
 }

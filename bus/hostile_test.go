@@ -20,6 +20,7 @@ import (
 	"github.com/nodeinit/nodeinit/bus/internal/wire"
 	"github.com/nodeinit/nodeinit/bus/service"
 	"github.com/nodeinit/nodeinit/internal/clientlog"
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
 // The kubelet connects once when it starts and never retries: whatever
@@ -29,7 +30,7 @@ import (
 // A process outside the executor's tree that connects in a loop costs the
 // kubelet nothing, and nodeinit's log a few lines.
 func TestAConnectFloodFromOutsideTheTreeDoesNotCostTheKubeletItsLock(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	// Not listen: the test process is not the executor here.
 	b, err := listenTest(filepath.Join(t.TempDir(), "bus"), testOptions{}, defaultTunables())
 	if err != nil {
@@ -79,8 +80,8 @@ func TestAConnectFloodFromOutsideTheTreeDoesNotCostTheKubeletItsLock(t *testing.
 	close(stop)
 	wg.Wait()
 	elapsed := time.Since(start)
-	all := logs.lines()
-	refusals := logs.lines("Refused")
+	all := logs.Lines()
+	refusals := logs.Lines("Refused")
 	t.Logf("%v of flood: %d connects (%d failed to connect), kubelet got its lock %d of %d times; %d log lines, %d of them refusals",
 		elapsed.Round(time.Millisecond), connects.Load(), failed.Load(), locked, runs, len(all), len(refusals))
 	if locked != runs {
@@ -183,7 +184,7 @@ func TestPipelinedCallsAreAllAnswered(t *testing.T) {
 // What a client sends is clipped in the reply and the log, and a client
 // that makes errors in a loop costs the log a line, not one per call.
 func TestWhatAClientCanMakeNodeinitLogIsBounded(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	b := listen(t, testOptions{})
 	c := dialRaw(t, b)
 	c.auth()
@@ -197,7 +198,7 @@ func TestWhatAClientCanMakeNodeinitLogIsBounded(t *testing.T) {
 			t.Fatalf("reply to a 60 KB rule: %s, %d bytes of text", wire.Header(m, dbus.FieldErrorName), len(text))
 		}
 	}
-	lines := logs.lines("Answered a D-Bus call with an error")
+	lines := logs.Lines("Answered a D-Bus call with an error")
 	if len(lines) != 1 {
 		t.Fatalf("%d lines at Info for 100 errors, want 1", len(lines))
 	}
@@ -206,8 +207,8 @@ func TestWhatAClientCanMakeNodeinitLogIsBounded(t *testing.T) {
 	}
 	b.Close()
 	// Close logs the count of what it did not log.
-	if l := logs.lines("Answered a D-Bus call with an error", "repeated=99"); len(l) != 1 {
-		t.Errorf("no summary of the 99 errors not logged: %q", logs.lines("Answered"))
+	if l := logs.Lines("Answered a D-Bus call with an error", "repeated=99"); len(l) != 1 {
+		t.Errorf("no summary of the 99 errors not logged: %q", logs.Lines("Answered"))
 	}
 }
 
@@ -217,7 +218,7 @@ func TestWhatAClientCanMakeNodeinitLogIsBounded(t *testing.T) {
 func TestAPanicEndsOneConnectionNotNodeinit(t *testing.T) {
 	for _, where := range []string{"(*Bus).admit", "(*conn).setReadDeadline", "(*conn).writeLoop", "(*Logind).release"} {
 		t.Run(where, func(t *testing.T) {
-			logs := captureLog(t)
+			logs := testenv.CaptureLog(t)
 			var armed atomic.Bool
 			clock := func() time.Time {
 				if armed.Load() && calledFrom(where) {
@@ -250,8 +251,8 @@ func TestAPanicEndsOneConnectionNotNodeinit(t *testing.T) {
 				}
 			}
 			// The panic is logged after what it ended: wait for it.
-			logs.waitFor(t, "failed;", "injected in "+where)
-			if l := logs.lines("failed;", "injected in "+where); len(l) != 1 {
+			logs.WaitFor(t, "failed;", "injected in "+where)
+			if l := logs.Lines("failed;", "injected in "+where); len(l) != 1 {
 				t.Errorf("log of the panic: %q", l)
 			}
 		})
@@ -282,7 +283,7 @@ func TestAPanicInAPassThroughEndsThatConnectionNotNodeinit(t *testing.T) {
 	serveEcho(t, address)
 	for _, where := range []string{"reading", "writing"} {
 		t.Run(where, func(t *testing.T) {
-			logs := captureLog(t)
+			logs := testenv.CaptureLog(t)
 			var armed atomic.Bool
 			b := listen(t, testOptions{Upstream: address}, func(tun *tunables) {
 				tun.upstreamHook = func(during string) {
@@ -304,8 +305,8 @@ func TestAPanicInAPassThroughEndsThatConnectionNotNodeinit(t *testing.T) {
 			if err := connect(t, b).Object("org.example.Echo", "/org/example/Echo").Call("org.example.Echo.Echo", 0, "after").Store(&s); err != nil || s != "echo after" {
 				t.Errorf("a new connection after the panic: %q, %v", s, err)
 			}
-			logs.waitFor(t, "failed;", "injected while "+where)
-			if l := logs.lines("failed;", "injected while "+where); len(l) != 1 || !strings.Contains(l[0], "stack=") {
+			logs.WaitFor(t, "failed;", "injected while "+where)
+			if l := logs.Lines("failed;", "injected while "+where); len(l) != 1 || !strings.Contains(l[0], "stack=") {
 				t.Errorf("log of the panic: %q", l)
 			}
 		})

@@ -271,7 +271,7 @@ func neighbourSignal(t *testing.T, conn *dbus.Conn, dest string, iface, member s
 // once; the client's long-lived connection (the kubelet's systemd cgroup
 // driver keeps one) goes on working, and gets none of them.
 func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	address, _ := systemBus(t)
 	serveEcho(t, address)
 	b := listen(t, testOptions{Upstream: address})
@@ -338,7 +338,7 @@ func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
 	if count != 2 {
 		t.Errorf("the pass-through dropped %d messages, want the neighbour's 2", count)
 	}
-	dropped := logs.lines("Dropped a message from the system bus")
+	dropped := logs.Lines("Dropped a message from the system bus")
 	t.Logf("the neighbour sent its signals to %d unique names; %d lines at Info for the drops", sent, len(dropped))
 	if len(dropped) != 1 || !strings.Contains(dropped[0], "larger than") {
 		t.Errorf("log of the drops: %q", dropped)

@@ -1,23 +1,16 @@
 package cgroups
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
+	"github.com/nodeinit/nodeinit/test/testenv"
 	"github.com/sirupsen/logrus"
 	"k8s.io/klog/v2"
 )
 
 func TestLibraryLogsGoToKlog(t *testing.T) {
-	var buf bytes.Buffer
-	klog.LogToStderr(false)
-	// Every severity is also written to the INFO output: read that one.
-	klog.SetOutputBySeverity("INFO", &buf)
-	defer func() {
-		klog.SetOutputBySeverity("INFO", nil)
-		klog.LogToStderr(true)
-	}()
+	buf := testenv.CaptureLog(t)
 	RouteLibraryLogs()
 
 	logrus.WithField("path", "/sys/fs/cgroup").Warnf("falling back to %s", "securejoin")
@@ -29,10 +22,10 @@ func TestLibraryLogsGoToKlog(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("got %d lines, want 2:\n%s", len(lines), buf.String())
 	}
-	if !strings.HasPrefix(lines[0], "W") || !strings.HasSuffix(lines[0], "cgroup library: falling back to securejoin path=/sys/fs/cgroup (logs_test.go:23)") {
+	if !strings.HasPrefix(lines[0], "W") || !strings.HasSuffix(lines[0], "cgroup library: falling back to securejoin path=/sys/fs/cgroup (logs_test.go:16)") {
 		t.Errorf("warning line %q", lines[0])
 	}
-	if !strings.HasPrefix(lines[1], "I") || !strings.HasSuffix(lines[1], "cgroup library: plain info (logs_test.go:24)") {
+	if !strings.HasPrefix(lines[1], "I") || !strings.HasSuffix(lines[1], "cgroup library: plain info (logs_test.go:17)") {
 		t.Errorf("info line %q", lines[1])
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,38 +16,6 @@ import (
 	"github.com/nodeinit/nodeinit/internal/linux"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
-
-// syncBuffer collects klog's output, which the copying goroutine may write.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// captureLog sends klog's output to the returned buffer for the rest of the
-// test.
-func captureLog(t *testing.T) *syncBuffer {
-	var buf syncBuffer
-	klog.LogToStderr(false)
-	// Every severity is also written to the INFO output: read that one.
-	klog.SetOutputBySeverity("INFO", &buf)
-	t.Cleanup(func() {
-		klog.SetOutputBySeverity("INFO", nil)
-		klog.LogToStderr(true)
-	})
-	return &buf
-}
 
 // mountTmpfs mounts a tmpfs of size bytes on a new directory, for the test.
 func mountTmpfs(t *testing.T, size int) string {
@@ -93,7 +60,7 @@ func fill(t *testing.T, dir string) string {
 // is room again.
 func TestFullDiskDropsWholeWritesLogsOnceAndRecovers(t *testing.T) {
 	dir := mountTmpfs(t, 256<<10)
-	logged := captureLog(t)
+	logged := testenv.CaptureLog(t)
 	f := openTestFile(t, dir, Rotation{})
 	s := newStream("executor", f)
 	first := []byte("before the disk filled " + strings.Repeat("a", 76) + "\n")
