@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +131,14 @@ systemctl restart systemd-logind`, hostDelaySec))
 		}
 	}
 
+	// The guest's journal as it comes, into the shared folder, from a unit
+	// the shutdown's transaction does not stop (no default dependencies):
+	// it runs until systemd-shutdown's last kill, so it shows what the
+	// guest's systemd waited for.
+	hostJournal := filepath.Join(k.dir, "journal.log")
+	v.ssh(fmt.Sprintf("systemd-run --quiet --unit=journal-follow --collect -p DefaultDependencies=no sh -c 'exec journalctl -f -n 0 -o short-monotonic > %s 2>&1'",
+		guestShare+"/"+filepath.Base(k.dir)+"/journal.log"))
+
 	before, err := os.ReadFile(v.console())
 	must(t, err)
 	if strings.Contains(string(before), hostDrainMarker) {
@@ -182,6 +192,11 @@ systemctl restart systemd-logind`, hostDelaySec))
 	}
 	t.Logf("the guest's console after systemctl poweroff: what waited (stop jobs, timeouts, kills):\n%s\nlast lines:\n%s",
 		testenv.Tail(strings.Join(slow, "\n"), 20), testenv.Tail(after, 30))
+	if b, err := os.ReadFile(hostJournal); err != nil {
+		t.Logf("the guest's journal: %v", err)
+	} else {
+		t.Logf("the guest's journal during the shutdown, around its longest wait:\n%s", longestWait(string(b), 12))
+	}
 	log := k.log()
 	mode := map[bool]string{true: "with the drain", false: "without the drain (--drain-on-host-shutdown=false)"}[drain]
 	if marker > 0 {
@@ -220,4 +235,36 @@ func shutdownLines(log string) string {
 		}
 	}
 	return strings.Join(out[max(0, len(out)-40):], "\n")
+}
+
+// longestWait finds, in a journal printed with -o short-monotonic, the
+// longest time between two lines, and returns n lines before it and n
+// after, with the wait between them: what a shutdown waited for.
+func longestWait(journal string, n int) string {
+	lines := strings.Split(strings.TrimSpace(journal), "\n")
+	stamp := func(l string) (float64, bool) {
+		open, end := strings.IndexByte(l, '['), strings.IndexByte(l, ']')
+		if open != 0 || end < 0 {
+			return 0, false
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(l[1:end]), 64)
+		return f, err == nil
+	}
+	at, gap, last := -1, 0.0, -1.0
+	for i, l := range lines {
+		s, ok := stamp(l)
+		if !ok {
+			continue
+		}
+		if last >= 0 && s-last > gap {
+			at, gap = i, s-last
+		}
+		last = s
+	}
+	if at < 0 {
+		return testenv.Tail(journal, 2*n)
+	}
+	out := slices.Clone(lines[max(0, at-n):at])
+	out = append(out, fmt.Sprintf("    ... %.1f s ...", gap))
+	return strings.Join(append(out, lines[at:min(len(lines), at+n)]...), "\n")
 }
