@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 )
 
 // Validate returns every bad field of c, in file order; none means c is
@@ -136,15 +138,7 @@ var machineID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // (proxy.args) give it one with --config=FILE or --config FILE, the last
 // one counting as in kube-proxy; empty when they do not.
 func ProxyConfigFile(args []string) string {
-	file := ""
-	for i := 0; i < len(args) && args[i] != "--"; i++ {
-		if f, ok := strings.CutPrefix(args[i], "--config="); ok {
-			file = f
-		} else if args[i] == "--config" && i+1 < len(args) {
-			i++
-			file = args[i]
-		}
-	}
+	file, _ := cmdline.Value(args, "config")
 	return file
 }
 

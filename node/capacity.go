@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeinit/nodeinit/cgroups"
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 )
 
 // The kubelet takes its capacity from the machine, never from its cgroup
@@ -116,17 +117,7 @@ type reservation struct {
 // flag, when given, replaces the field; repeated, it accumulates
 // (component-base's MapStringString).
 func kubeletReservation(args []string, flag string, field map[string]string, kc KubeletConfig, fieldName string, sep string) reservation {
-	if vals := flagValues(args, flag); len(vals) > 0 {
-		m := map[string]string{}
-		for _, v := range vals {
-			for pair := range strings.SplitSeq(v, ",") {
-				if pair == "" {
-					continue
-				}
-				k, val, _ := strings.Cut(pair, sep)
-				m[strings.TrimSpace(k)] = strings.TrimSpace(val)
-			}
-		}
+	if m, set := cmdline.Map(args, flag, sep); set {
 		return reservation{m, "the executor's --" + flag}
 	}
 	if field == nil {
@@ -169,11 +160,11 @@ func sizeNode(m Machine, limits cgroups.Limits, root string, args []string, kc K
 	if kc.evictionDefaulted && eviction.from != "" && !strings.HasPrefix(eviction.from, "the executor's") {
 		eviction.from = "the kubelet's default evictionHard (its --config file sets none)"
 	}
-	if boolFlag(args, "experimental-allocatable-ignore-eviction") {
+	if ignore, _, _ := cmdline.Bool(args, "experimental-allocatable-ignore-eviction"); ignore {
 		eviction = reservation{}
 	}
 	reservedCPUs, reservedCPUsFrom := kc.ReservedSystemCPUs, "reservedSystemCPUs of the kubelet's configuration "+strings.Join(kc.Files, " ")
-	if v, set := flagValue(args, "reserved-cpus"); set {
+	if v, set := cmdline.Value(args, "reserved-cpus"); set {
 		reservedCPUs, reservedCPUsFrom = v, "the executor's --reserved-cpus"
 	}
 
@@ -291,7 +282,7 @@ func evictionThreshold(e reservation, capacity int64) (int64, string, error) {
 // kubeletEnforcement is the kubelet's enforceNodeAllocatable: its flag,
 // else its configuration's, else its default, pods.
 func kubeletEnforcement(args []string, kc KubeletConfig) []string {
-	if vals := flagValues(args, "enforce-node-allocatable"); len(vals) > 0 {
+	if vals := cmdline.Values(args, "enforce-node-allocatable"); len(vals) > 0 {
 		var out []string
 		for _, v := range vals {
 			out = append(out, strings.Split(v, ",")...)

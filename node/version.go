@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 )
 
 // KubeletVersion is the Kubernetes release of the kubelet code in the
@@ -176,14 +178,10 @@ func FeatureGate(args []string, kc KubeletConfig, gate string) (value bool, wher
 	if v, ok := kc.FeatureGates[gate]; ok {
 		value, where = v, "the kubelet's configuration "+strings.Join(kc.Files, " ")
 	}
-	for _, list := range flagValues(args, "feature-gates") {
-		for kv := range strings.SplitSeq(list, ",") {
-			k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
-			if k == gate {
-				b, _ := strconv.ParseBool(v)
-				value, where = b, "the kubelet's --feature-gates"
-			}
-		}
+	gates, _ := cmdline.Map(args, "feature-gates", "=")
+	if v, ok := gates[gate]; ok {
+		value, _ = strconv.ParseBool(v)
+		where = "the kubelet's --feature-gates"
 	}
 	return value, where
 }

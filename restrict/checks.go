@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 	"github.com/nodeinit/nodeinit/node"
 )
 
@@ -118,7 +119,7 @@ func checkKmsg(p *Plan, h *host, in Input) {
 // set on, or left unset where its release turns it on by default or
 // checkUserNamespace adds it.
 func userNamespaceGateOn(in Input) bool {
-	v, where := featureGate(in, userNamespaceGate)
+	v, where := node.FeatureGate(in.Config.Executor.Args, in.Kubelet, userNamespaceGate)
 	if where != "" {
 		return v
 	}
@@ -181,7 +182,7 @@ func checkSwap(p *Plan, h *host, in Input) {
 // true) wins over failSwapOn; without either the default is true.
 func kubeletFailSwapOn(in Input) (on bool, where, fix string) {
 	files := strings.Join(in.Kubelet.Files, " ")
-	flag, set, err := boolFlagOf(in.Config.Executor.Args, "fail-swap-on")
+	flag, set, err := cmdline.Bool(in.Config.Executor.Args, "fail-swap-on")
 	switch {
 	case err != nil:
 		// The kubelet refuses the flag itself, and says so.
@@ -212,7 +213,7 @@ func checkRootfsDevice(p *Plan, h *host, in Input) {
 	if !isKubelet(in) {
 		return
 	}
-	dir, _ := flagOf(in.Config.Executor.Args, "root-dir")
+	dir, _ := cmdline.Value(in.Config.Executor.Args, "root-dir")
 	if dir == "" {
 		dir = "/var/lib/kubelet"
 	}
@@ -297,7 +298,7 @@ func checkResolvConf(p *Plan, h *host, in Input) {
 	if !isKubelet(in) || in.Kubelet.ResolvConf != nil {
 		return
 	}
-	if _, set := flagOf(in.Config.Executor.Args, "resolv-conf"); set {
+	if _, set := cmdline.Value(in.Config.Executor.Args, "resolv-conf"); set {
 		return
 	}
 	servers, ok := h.nameservers("/etc/resolv.conf")

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 )
 
 // conntrackSetting is one of kube-proxy's conntrack settings that write
@@ -88,7 +89,7 @@ func checkConntrack(p *Plan, h *host, in Input) {
 			continue
 		}
 		v, set := s.value(px.Conntrack)
-		if a, ok := flagOf(px.Args, s.flag); ok {
+		if a, ok := cmdline.Value(px.Args, s.flag); ok {
 			v, set = a, true
 		}
 		if s.flag == "conntrack-max-per-core" && !set {
@@ -96,7 +97,7 @@ func checkConntrack(p *Plan, h *host, in Input) {
 			if m, ok := optional(px.Conntrack.Min); ok {
 				v, set = "unset, with --conntrack-min="+m, m != "0"
 			}
-			if a, ok := flagOf(px.Args, "conntrack-min"); ok {
+			if a, ok := cmdline.Value(px.Args, "conntrack-min"); ok {
 				v, set = "unset, with --conntrack-min="+a, !isZero(a)
 			}
 		}

@@ -17,8 +17,6 @@ package restrict
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/nodeinit/nodeinit/config"
 	"github.com/nodeinit/nodeinit/node"
@@ -143,48 +141,4 @@ func (p Plan) Describe() []string {
 		out = append(out, "would refuse to start: "+p.Refusal)
 	}
 	return out
-}
-
-// flagOf finds the last value of a flag in args (--name=value or --name
-// value, one dash or two), stopping at "--".
-func flagOf(args []string, name string) (string, bool) {
-	value, set := "", false
-	for i := 0; i < len(args) && args[i] != "--"; i++ {
-		a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
-		if !strings.HasPrefix(args[i], "-") {
-			continue
-		}
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			value, set = v, true
-		} else if a == name {
-			set = true
-			if i+1 < len(args) {
-				i++
-				value = args[i]
-			}
-		}
-	}
-	return value, set
-}
-
-// boolFlagOf finds the last value of a boolean flag in args, as pflag reads
-// it: --name (true) or --name=VALUE, one dash or two, stopping at "--"; a
-// bare --name never takes the next argument. err is a value pflag refuses.
-func boolFlagOf(args []string, name string) (value, set bool, err error) {
-	for i := 0; i < len(args) && args[i] != "--"; i++ {
-		if !strings.HasPrefix(args[i], "-") {
-			continue
-		}
-		a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			b, perr := strconv.ParseBool(v)
-			if perr != nil {
-				return false, true, fmt.Errorf("--%s=%s: not a boolean", name, v)
-			}
-			value, set = b, true
-		} else if a == name {
-			value, set = true, true
-		}
-	}
-	return value, set, nil
 }

@@ -23,7 +23,7 @@ func checkUserNamespace(p *Plan, h *host, in Input) {
 	if !h.userNS || !isKubelet(in) {
 		return
 	}
-	switch v, where := featureGate(in, userNamespaceGate); {
+	switch v, where := node.FeatureGate(in.Config.Executor.Args, in.Kubelet, userNamespaceGate); {
 	case where == "" && node.UserNamespaceGateOnByDefault(in.KubeletVersion):
 		// The kubelet has it on by itself: nothing to add.
 	case where == "":
@@ -36,12 +36,6 @@ func checkUserNamespace(p *Plan, h *host, in Input) {
 			h.uidMap, where, userNamespaceGate)
 	}
 	checkDelegation(p, h)
-}
-
-// featureGate is the value the kubelet takes for gate, and where it is
-// set (node.FeatureGate).
-func featureGate(in Input, gate string) (value bool, where string) {
-	return node.FeatureGate(in.Config.Executor.Args, in.Kubelet, gate)
 }
 
 // The controllers the kubelet needs in a user namespace, delegated to the
