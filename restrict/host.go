@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/internal/linux"
+	"github.com/nodeinit/nodeinit/internal/procstatus"
 )
 
 // host is what the checks share of the container below root.
@@ -50,9 +51,6 @@ type cgroupLine struct {
 // fullUIDMap is the initial user namespace's uid_map: every uid to itself.
 const fullUIDMap = "0 0 4294967295"
 
-// capSysAdmin is CAP_SYS_ADMIN's bit in /proc/PID/status' CapEff.
-const capSysAdminBit = 21
-
 func readHost(root string) *host {
 	h := &host{root: root}
 	if b, err := os.ReadFile(h.path("proc/self/uid_map")); err == nil {
@@ -70,13 +68,8 @@ func readHost(root string) *host {
 			h.foreignNetns = own.Dev != dev || own.Ino != ino
 		}
 	}
-	if b, err := os.ReadFile(h.path("proc/self/status")); err == nil {
-		for l := range strings.SplitSeq(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
-				caps, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-				h.capSysAdmin = caps&(1<<capSysAdminBit) != 0
-			}
-		}
+	if st, err := procstatus.Read(h.path("proc/self/status")); err == nil {
+		h.capSysAdmin, _ = st.Effective(unix.CAP_SYS_ADMIN)
 	}
 	if b, err := os.ReadFile(h.path("proc/self/limits")); err == nil {
 		for l := range strings.SplitSeq(string(b), "\n") {
