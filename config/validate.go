@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nodeinit/nodeinit/identity"
 	"github.com/nodeinit/nodeinit/internal/cmdline"
 )
 
@@ -113,8 +113,8 @@ func (c *Config) Validate() []FieldError {
 		v.oneOf(fmt.Sprintf("containerChecks.skip[%d]", i), name, append(slices.Clone(ContainerCheckNames), SkipAllChecks)...)
 	}
 
-	if id := c.Identity.ImageMachineID; id != "" && !machineID.MatchString(id) {
-		v.add(ErrorTypeInvalid, "identity.imageMachineID", id, "must be a machine-id: 32 lowercase hexadecimal digits")
+	if id := c.Identity.ImageMachineID; id != "" && !identity.Valid(id) {
+		v.add(ErrorTypeInvalid, "identity.imageMachineID", id, "must be a machine-id: 32 lowercase hexadecimal digits, not all zero")
 	}
 	v.text("identity.dir", c.Identity.Dir)
 	if d := c.Identity.Dir; d != "" && !strings.HasPrefix(d, "/") {
@@ -130,9 +130,6 @@ func (c *Config) Validate() []FieldError {
 	v.text("pathOverride", c.PathOverride)
 	return v.errs
 }
-
-// machineID is /etc/machine-id's format, as systemd writes it.
-var machineID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // ProxyConfigFile is the file kube-proxy reads its settings from when args
 // (proxy.args) give it one with --config=FILE or --config FILE, the last
