@@ -200,7 +200,7 @@ func (p *Plan) machineID(o Options) error {
 	}
 	p.Found = found
 	switch {
-	case found == "" && !exists(etc):
+	case found == "" && !linux.Exists(etc):
 		p.Reason = MachineIDFile + " is missing"
 	case found == "":
 		p.Reason = MachineIDFile + " is empty"
@@ -339,11 +339,6 @@ func newID() (string, error) {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return hex.EncodeToString(b), nil
-}
-
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
 }
 
 // Adjustments are the log lines of the plan: what nodeinit does to the

@@ -59,7 +59,7 @@ func readLogindConf(root string) logindConf {
 	var files []string
 	for _, dir := range confDirs {
 		p := filepath.Join(dir, "logind.conf")
-		if fi, err := os.Stat(filepath.Join(root, p)); err == nil && fi.Mode().IsRegular() {
+		if linux.IsRegular(filepath.Join(root, p)) {
 			files = append(files, p)
 			break
 		}

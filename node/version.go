@@ -3,12 +3,12 @@ package node
 import (
 	"debug/buildinfo"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/nodeinit/nodeinit/internal/cmdline"
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // KubeletVersion is the Kubernetes release of the kubelet code in the
@@ -146,15 +146,11 @@ func parseRelease(s string, major int) (KubeletVersion, bool) {
 // rule): a name with a slash is a path, another is searched in pathList.
 // "" when there is no such regular file.
 func lookPath(name, pathList string) string {
-	regular := func(p string) bool {
-		fi, err := os.Stat(p)
-		return err == nil && fi.Mode().IsRegular()
-	}
 	if name == "" {
 		return ""
 	}
 	if strings.Contains(name, "/") {
-		if regular(name) {
+		if linux.IsRegular(name) {
 			return name
 		}
 		return ""
@@ -163,7 +159,7 @@ func lookPath(name, pathList string) string {
 		if dir == "" {
 			dir = "."
 		}
-		if p := filepath.Join(dir, name); regular(p) {
+		if p := filepath.Join(dir, name); linux.IsRegular(p) {
 			return p
 		}
 	}

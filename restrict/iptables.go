@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // xtables is what the kernel holds of iptables rules in this network
@@ -333,7 +333,7 @@ const iptablesDir = "/run"
 func (h *host) multiBinary(backend string) string {
 	for _, dir := range []string{"/usr/sbin", "/sbin"} {
 		p := filepath.Join(dir, "xtables-"+backend+"-multi")
-		if fi, err := os.Stat(h.path(p)); err == nil && fi.Mode().IsRegular() {
+		if linux.IsRegular(h.path(p)) {
 			return p
 		}
 	}
