@@ -233,12 +233,8 @@ func (v *validator) duration(field string, d Duration, least time.Duration) {
 // hasDotElement reports whether the slash-separated path p has a "." or
 // ".." element.
 func hasDotElement(p string) bool {
-	for e := range strings.SplitSeq(p, "/") {
-		if e == "." || e == ".." {
-			return true
-		}
-	}
-	return false
+	elems := strings.Split(p, "/")
+	return slices.Contains(elems, ".") || slices.Contains(elems, "..")
 }
 
 // isDNSSubdomain is Kubernetes' rule for node names (RFC 1123 subdomain).

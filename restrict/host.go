@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -161,12 +162,7 @@ func (h *host) nameservers(p string) (servers []string, ok bool) {
 
 // hasOption says whether a comma-separated mount option list holds opt.
 func hasOption(list, opt string) bool {
-	for o := range strings.SplitSeq(list, ",") {
-		if o == opt {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(strings.Split(list, ","), opt)
 }
 
 // initialCgroupNS is the host's own cgroup namespace as /proc/PID/ns/cgroup
