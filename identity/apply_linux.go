@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/internal/adjustment"
 	"github.com/nodeinit/nodeinit/internal/bindfile"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
@@ -35,7 +36,7 @@ import (
 // container's / shared; its peers may be the host's (nodeinit run on the
 // host's root keeps the host's propagation), and the id would then change
 // the host's for every program on it.
-func (p Plan) Apply(contained bool) (done []Adjustment, err error) {
+func (p Plan) Apply(contained bool) (done []adjustment.Line, err error) {
 	if p.Source == Own {
 		done = append(done, p.machineIDLine())
 	}
@@ -56,7 +57,7 @@ func (p Plan) Apply(contained bool) (done []Adjustment, err error) {
 	b := bindfile.Binder{Detach: true}
 	// part mounts one file; its lines are the detaching its mount needed
 	// (which stays done when the mount fails), then the mount itself.
-	part := func(file string, mount func() error, ok Adjustment, failed func(error) error) {
+	part := func(file string, mount func() error, ok adjustment.Line, failed func(error) error) {
 		before := len(b.Detached)
 		err := mount()
 		for _, d := range b.Detached[before:] {

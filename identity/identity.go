@@ -37,6 +37,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/internal/adjustment"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
@@ -344,10 +345,10 @@ func newID() (string, error) {
 // Adjustments are the log lines of the plan: what nodeinit does to the
 // node's identity and why, each with its off switch. The container's own
 // valid machine-id is one line too, saying it is left alone.
-func (p Plan) Adjustments() []Adjustment {
+func (p Plan) Adjustments() []adjustment.Line {
 	// In the order Apply logs them: the detaching a mount needs, then the
 	// mount.
-	var out []Adjustment
+	var out []adjustment.Line
 	detach := func(file string) {
 		for _, d := range p.Detach {
 			if d.For == file {
@@ -366,22 +367,22 @@ func (p Plan) Adjustments() []Adjustment {
 	return out
 }
 
-func (p Plan) machineIDLine() Adjustment {
+func (p Plan) machineIDLine() adjustment.Line {
 	if p.Source == Own {
-		return Adjustment{"The node's machine-id is its container's own: left alone",
-			[]any{"machineID", p.MachineID, "reason", p.Reason}}
+		return adjustment.Line{Msg: "The node's machine-id is its container's own: left alone",
+			KV: []any{"machineID", p.MachineID, "reason", p.Reason}}
 	}
-	return Adjustment{"Mounting a machine-id of the node's own over " + MachineIDFile + " (--node-machine-id=false turns this off)",
-		[]any{"machineID", p.MachineID, "source", string(p.Source), "from", p.Mount, "reason", p.Reason}}
+	return adjustment.Line{Msg: "Mounting a machine-id of the node's own over " + MachineIDFile + " (--node-machine-id=false turns this off)",
+		KV: []any{"machineID", p.MachineID, "source", string(p.Source), "from", p.Mount, "reason", p.Reason}}
 }
 
-func (p Plan) productUUIDLine() Adjustment {
+func (p Plan) productUUIDLine() adjustment.Line {
 	src := Kept
 	if p.ProductUUIDNew {
 		src = Generated
 	}
-	return Adjustment{"Mounting a product_uuid of the node's own over " + ProductUUIDFile + " (--node-product-uuid=false turns this off)",
-		[]any{"productUUID", p.ProductUUID, "source", string(src), "from", p.ProductUUIDMount,
+	return adjustment.Line{Msg: "Mounting a product_uuid of the node's own over " + ProductUUIDFile + " (--node-product-uuid=false turns this off)",
+		KV: []any{"productUUID", p.ProductUUID, "source", string(src), "from", p.ProductUUIDMount,
 			"reason", "several nodes on one host would share its systemUUID"}}
 }
 
@@ -394,28 +395,12 @@ type Detach struct {
 	Mountpoint, PeerGroup, For string
 }
 
-func (d Detach) line() Adjustment {
+func (d Detach) line() adjustment.Line {
 	off := "--node-machine-id=false"
 	if d.For == ProductUUIDFile {
 		off = "--node-product-uuid=false"
 	}
-	return Adjustment{"Detaching the shared mount at " + d.Mountpoint + " from its peers before mounting the node's id on it, then sharing it again in a peer group of its own (" + off + " turns this off)",
-		[]any{"mount", d.Mountpoint, "peerGroup", d.PeerGroup, "for", d.For,
+	return adjustment.Line{Msg: "Detaching the shared mount at " + d.Mountpoint + " from its peers before mounting the node's id on it, then sharing it again in a peer group of its own (" + off + " turns this off)",
+		KV: []any{"mount", d.Mountpoint, "peerGroup", d.PeerGroup, "for", d.For,
 			"reason", "a mount on a shared mount propagates to its peers, which may be the host's; as a slave of them it still receives their mounts and sends them none"}}
-}
-
-// Adjustment is one log line: a message and its key/value pairs.
-type Adjustment struct {
-	Msg string
-	KV  []any
-}
-
-// String is the line as --write-flags prints it.
-func (a Adjustment) String() string {
-	var b strings.Builder
-	b.WriteString(a.Msg)
-	for i := 0; i+1 < len(a.KV); i += 2 {
-		fmt.Fprintf(&b, " %v=%q", a.KV[i], fmt.Sprint(a.KV[i+1]))
-	}
-	return b.String()
 }

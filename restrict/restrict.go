@@ -19,25 +19,23 @@ import (
 	"fmt"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/internal/adjustment"
 	"github.com/nodeinit/nodeinit/node"
 )
 
-// Adjustment is one change nodeinit makes for its container, and why.
-type Adjustment struct {
-	Check  string // the config.Check* it comes from
-	What   string // what changes: a flag, a mount
-	Reason string
-}
-
-func (a Adjustment) String() string { return a.What + ": " + a.Reason }
+// adjusted is the message of every adjustment's line; its pairs are the
+// check it comes from (a config.Check*), the change (a flag, a mount) and
+// the reason.
+const adjusted = "Adjusted the node to its container"
 
 // Plan is what Inspect decided.
 type Plan struct {
 	// KubeletArgs and ProxyArgs are flags added to the executor's and the
 	// proxy's command lines.
 	KubeletArgs, ProxyArgs []string
-	// Adjustments are every change, each logged once.
-	Adjustments []Adjustment
+	// Adjustments are every change, each logged once: the check it
+	// comes from, the change and its reason.
+	Adjustments []adjustment.Line
 	// Warnings are what nodeinit cannot or may not fix, one line each.
 	Warnings []string
 	// Refusal, when set, is the one line why the node cannot run in this
@@ -82,7 +80,8 @@ type Input struct {
 }
 
 func (p *Plan) adjust(check, what, format string, args ...any) {
-	p.Adjustments = append(p.Adjustments, Adjustment{Check: check, What: what, Reason: fmt.Sprintf(format, args...)})
+	p.Adjustments = append(p.Adjustments, adjustment.Line{Msg: adjusted,
+		KV: []any{"check", check, "change", what, "reason", fmt.Sprintf(format, args...)}})
 }
 
 func (p *Plan) warn(format string, args ...any) {
@@ -127,12 +126,13 @@ func Inspect(in Input) Plan {
 	return p
 }
 
-// Describe is the plan for --write-flags' stderr: every adjustment and
-// what a run would refuse, one line each.
+// Describe is the plan for --write-flags' stderr: every adjustment as a
+// start logs it, every warning, and what a start would refuse, one line
+// each.
 func (p Plan) Describe() []string {
 	var out []string
 	for _, a := range p.Adjustments {
-		out = append(out, "adjustment ("+a.Check+"): "+a.String())
+		out = append(out, a.String())
 	}
 	for _, w := range p.Warnings {
 		out = append(out, "warning: "+w)

@@ -417,8 +417,8 @@ func TestInspect(t *testing.T) {
 			}
 			var adjusted []string
 			for _, a := range p.Adjustments {
-				adjusted = append(adjusted, a.Check)
-				if a.What == "" || a.Reason == "" {
+				adjusted = append(adjusted, fmt.Sprint(a.Value("check")))
+				if a.Value("change") == "" || a.Value("reason") == "" {
 					t.Errorf("adjustment %+v does not say what and why", a)
 				}
 			}
