@@ -40,16 +40,16 @@ func (p Plan) Apply(contained bool) (done []adjustment.Line, err error) {
 	if p.Source == Own {
 		done = append(done, p.machineIDLine())
 	}
-	if p.Mount == "" && p.ProductUUIDMount == "" {
+	if p.MachineIDSource == "" && p.ProductUUIDSource == "" {
 		return done, nil
 	}
 	var errs []error
 	if !contained {
 		why := errors.New("nodeinit may share the host's mount namespace (not PID 1 of a container, in PID 1's mount namespace, no --private-mountns)")
-		if p.Mount != "" {
+		if p.MachineIDSource != "" {
 			errs = append(errs, p.machineIDFailed(why))
 		}
-		if p.ProductUUIDMount != "" {
+		if p.ProductUUIDSource != "" {
 			errs = append(errs, p.productUUIDFailed(why))
 		}
 		return done, errors.Join(errs...)
@@ -69,10 +69,10 @@ func (p Plan) Apply(contained bool) (done []adjustment.Line, err error) {
 		}
 		done = append(done, ok)
 	}
-	if p.Mount != "" {
+	if p.MachineIDSource != "" {
 		part(MachineIDFile, func() error { return p.mountMachineID(&b) }, p.machineIDLine(), p.machineIDFailed)
 	}
-	if p.ProductUUIDMount != "" {
+	if p.ProductUUIDSource != "" {
 		part(ProductUUIDFile, func() error { return p.mountProductUUID(&b) }, p.productUUIDLine(), p.productUUIDFailed)
 	}
 	if err := b.Close(); err != nil {
@@ -105,7 +105,7 @@ func (p Plan) mountMachineID(b *bindfile.Binder) error {
 	if err != nil {
 		return err
 	}
-	src := filepath.Join(p.root, p.Mount)
+	src := filepath.Join(p.root, p.MachineIDSource)
 	what := "the node's kept machine-id"
 	switch p.Source {
 	case Generated:
@@ -138,7 +138,7 @@ func (p Plan) mountProductUUID(b *bindfile.Binder) error {
 	if err != nil {
 		return err
 	}
-	src := filepath.Join(p.root, p.ProductUUIDMount)
+	src := filepath.Join(p.root, p.ProductUUIDSource)
 	if p.ProductUUIDNew {
 		err = keep(src, p.ProductUUID)
 	}
@@ -228,7 +228,7 @@ func (p *Plan) planDetach() {
 	for _, f := range []struct {
 		file string
 		on   bool
-	}{{MachineIDFile, p.Mount != ""}, {ProductUUIDFile, p.ProductUUIDMount != ""}} {
+	}{{MachineIDFile, p.MachineIDSource != ""}, {ProductUUIDFile, p.ProductUUIDSource != ""}} {
 		if !f.on {
 			continue
 		}

@@ -93,13 +93,15 @@ type Plan struct {
 	// Found is what /etc/machine-id held, and Reason why it is or is not
 	// the node's, for the log.
 	Found, Reason string
-	// Mount is the file bind-mounted over /etc/machine-id; empty when the
-	// container's own stays.
-	Mount string
+	// MachineIDSource is the file bind-mounted over /etc/machine-id (the
+	// node's kept id, or the host's copied), the path below the root;
+	// empty when the container's own stays.
+	MachineIDSource string
 	// ProductUUID, when asked for, is the node's own product_uuid, kept in
-	// ProductUUIDMount (to be generated when ProductUUIDNew).
-	ProductUUID, ProductUUIDMount string
-	ProductUUIDNew                bool
+	// ProductUUIDSource, the file bind-mounted over DMI's (to be generated
+	// when ProductUUIDNew).
+	ProductUUID, ProductUUIDSource string
+	ProductUUIDNew                 bool
 	// Detach lists the shared mounts under the files to mount over,
 	// which Apply detaches from their peers first.
 	Detach []Detach
@@ -168,13 +170,13 @@ func Decide(o Options) (Plan, error) {
 	if o.MachineID {
 		if err := p.machineID(o); err != nil {
 			errs = append(errs, fmt.Errorf("cannot give the node a machine-id of its own, so it keeps its container's %s: %w (--node-machine-id=false turns this off)", p.found(), err))
-			p.MachineID, p.Source, p.Mount = "", "", ""
+			p.MachineID, p.Source, p.MachineIDSource = "", "", ""
 		}
 	}
 	if o.ProductUUID {
 		if err := p.productUUID(o); err != nil {
 			errs = append(errs, fmt.Errorf("cannot give the node a product_uuid of its own, so its systemUUID stays the machine's: %w (--node-product-uuid=false turns this off)", err))
-			p.ProductUUID, p.ProductUUIDMount, p.ProductUUIDNew = "", "", false
+			p.ProductUUID, p.ProductUUIDSource, p.ProductUUIDNew = "", "", false
 		}
 	}
 	p.planDetach()
@@ -230,17 +232,17 @@ func (p *Plan) provide(o Options) error {
 		// Not a mount of PID 1's file: that is in another mount
 		// namespace, whose mounts the kernel does not bind into this one
 		// (EINVAL). A copy, kept next to the node's own.
-		p.MachineID, p.Source, p.Mount = host, Host, filepath.Join(o.StateDir, HostCopy)
+		p.MachineID, p.Source, p.MachineIDSource = host, Host, filepath.Join(o.StateDir, HostCopy)
 		p.Reason += "; the container shares the host's pid namespace, so the node is the host"
 		return nil
 	}
-	p.Mount = filepath.Join(o.StateDir, "machine-id")
-	kept, err := readID(filepath.Join(o.Root, p.Mount), linux.NoFollow)
+	p.MachineIDSource = filepath.Join(o.StateDir, "machine-id")
+	kept, err := readID(filepath.Join(o.Root, p.MachineIDSource), linux.NoFollow)
 	if err != nil {
-		return unusable("the node's kept machine-id", p.Mount, err, "remove it to have a new one made")
+		return unusable("the node's kept machine-id", p.MachineIDSource, err, "remove it to have a new one made")
 	}
 	if kept != "" && !Valid(kept) {
-		return fmt.Errorf("the node's kept machine-id %s is not a machine-id: remove it to have a new one made", p.Mount)
+		return fmt.Errorf("the node's kept machine-id %s is not a machine-id: remove it to have a new one made", p.MachineIDSource)
 	}
 	if kept != "" {
 		p.MachineID, p.Source = kept, Kept
@@ -314,7 +316,7 @@ func (p *Plan) productUUID(o Options) error {
 	if kept != "" && !validUUID(kept) {
 		return fmt.Errorf("the node's kept product_uuid %s is not a UUID: remove it to have a new one made", mount)
 	}
-	p.ProductUUIDMount = mount
+	p.ProductUUIDSource = mount
 	if kept != "" {
 		p.ProductUUID = kept
 		return nil
@@ -360,7 +362,7 @@ func (p Plan) Adjustments() []adjustment.Line {
 		detach(MachineIDFile)
 		out = append(out, p.machineIDLine())
 	}
-	if p.ProductUUIDMount != "" {
+	if p.ProductUUIDSource != "" {
 		detach(ProductUUIDFile)
 		out = append(out, p.productUUIDLine())
 	}
@@ -373,7 +375,7 @@ func (p Plan) machineIDLine() adjustment.Line {
 			KV: []any{"machineID", p.MachineID, "reason", p.Reason}}
 	}
 	return adjustment.Line{Msg: "Mounting a machine-id of the node's own over " + MachineIDFile + " (--node-machine-id=false turns this off)",
-		KV: []any{"machineID", p.MachineID, "source", string(p.Source), "from", p.Mount, "reason", p.Reason}}
+		KV: []any{"machineID", p.MachineID, "source", string(p.Source), "from", p.MachineIDSource, "reason", p.Reason}}
 }
 
 func (p Plan) productUUIDLine() adjustment.Line {
@@ -382,7 +384,7 @@ func (p Plan) productUUIDLine() adjustment.Line {
 		src = Generated
 	}
 	return adjustment.Line{Msg: "Mounting a product_uuid of the node's own over " + ProductUUIDFile + " (--node-product-uuid=false turns this off)",
-		KV: []any{"productUUID", p.ProductUUID, "source", string(src), "from", p.ProductUUIDMount,
+		KV: []any{"productUUID", p.ProductUUID, "source", string(src), "from", p.ProductUUIDSource,
 			"reason", "several nodes on one host would share its systemUUID"}}
 }
 

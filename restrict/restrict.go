@@ -99,9 +99,9 @@ func (p *Plan) refuse(format string, args ...any) {
 // the checks the configuration skips.
 func Inspect(in Input) Plan {
 	var p Plan
-	h := readHost(in.Root)
+	ct := readContainer(in.Root)
 	skip := in.Config.ContainerChecks.Skips
-	checks := map[string]func(*Plan, *host, Input){
+	checks := map[string]func(*Plan, *container, Input){
 		config.CheckCgroupfs:      checkCgroupfs,
 		config.CheckUserNamespace: checkUserNamespace,
 		config.CheckNofile:        checkNofile,
@@ -117,12 +117,12 @@ func Inspect(in Input) Plan {
 		// An iptables backend the operator names applies whatever is
 		// skipped; auto is a check like the others.
 		if !skip(name) || name == config.CheckIPTables {
-			checks[name](&p, h, in)
+			checks[name](&p, ct, in)
 		}
 	}
 	// Not a check to skip: it changes nothing, it only says what the
 	// kubelet will do.
-	warnCgroupV1(&p, h, in)
+	warnCgroupV1(&p, ct, in)
 	return p
 }
 
