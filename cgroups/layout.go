@@ -94,12 +94,7 @@ func relCgroup(root, cgroup string) (string, bool) {
 // cgroup_show_path and /proc/<pid>/cgroup use): "/../.." is an ancestor of
 // the root, "/../x" beside it. No other path has a ".." element.
 func outsideNamespace(p string) bool {
-	for e := range strings.SplitSeq(p, "/") {
-		if e == ".." {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(strings.Split(p, "/"), "..")
 }
 
 // Layout is the set of cgroup hierarchies this process can see.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -64,17 +65,7 @@ func ReadLimits(l Layout, fsRoot, root string) (Limits, error) {
 		if h.Unified != v2 {
 			continue
 		}
-		has := func(c string) bool {
-			if h.Unified {
-				return true
-			}
-			for _, x := range h.Controllers {
-				if x == c {
-					return true
-				}
-			}
-			return false
-		}
+		has := func(c string) bool { return h.Unified || slices.Contains(h.Controllers, c) }
 		base := filepath.Join(fsRoot, h.Mountpoint)
 		for cg := root; ; cg = path.Dir(cg) {
 			dir := filepath.Join(base, cg)

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nodeinit/nodeinit/identity"
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 )
 
 // Validate returns every bad field of c, in file order; none means c is
@@ -111,8 +113,8 @@ func (c *Config) Validate() []FieldError {
 		v.oneOf(fmt.Sprintf("containerChecks.skip[%d]", i), name, append(slices.Clone(ContainerCheckNames), SkipAllChecks)...)
 	}
 
-	if id := c.Identity.ImageMachineID; id != "" && !machineID.MatchString(id) {
-		v.add(ErrorTypeInvalid, "identity.imageMachineID", id, "must be a machine-id: 32 lowercase hexadecimal digits")
+	if id := c.Identity.ImageMachineID; id != "" && !identity.Valid(id) {
+		v.add(ErrorTypeInvalid, "identity.imageMachineID", id, "must be a machine-id: 32 lowercase hexadecimal digits, not all zero")
 	}
 	v.text("identity.dir", c.Identity.Dir)
 	if d := c.Identity.Dir; d != "" && !strings.HasPrefix(d, "/") {
@@ -129,22 +131,11 @@ func (c *Config) Validate() []FieldError {
 	return v.errs
 }
 
-// machineID is /etc/machine-id's format, as systemd writes it.
-var machineID = regexp.MustCompile(`^[0-9a-f]{32}$`)
-
 // ProxyConfigFile is the file kube-proxy reads its settings from when args
 // (proxy.args) give it one with --config=FILE or --config FILE, the last
 // one counting as in kube-proxy; empty when they do not.
 func ProxyConfigFile(args []string) string {
-	file := ""
-	for i := 0; i < len(args) && args[i] != "--"; i++ {
-		if f, ok := strings.CutPrefix(args[i], "--config="); ok {
-			file = f
-		} else if args[i] == "--config" && i+1 < len(args) {
-			i++
-			file = args[i]
-		}
-	}
+	file, _ := cmdline.Value(args, "config")
 	return file
 }
 
@@ -242,12 +233,8 @@ func (v *validator) duration(field string, d Duration, least time.Duration) {
 // hasDotElement reports whether the slash-separated path p has a "." or
 // ".." element.
 func hasDotElement(p string) bool {
-	for e := range strings.SplitSeq(p, "/") {
-		if e == "." || e == ".." {
-			return true
-		}
-	}
-	return false
+	elems := strings.Split(p, "/")
+	return slices.Contains(elems, ".") || slices.Contains(elems, "..")
 }
 
 // isDNSSubdomain is Kubernetes' rule for node names (RFC 1123 subdomain).

@@ -104,12 +104,7 @@ func (c *Client) Held() bool {
 // Release lets the host's shutdown go on: it closes the lock that was held
 // when PrepareForShutdown(true) came. It does nothing when there is none.
 func (c *Client) Release() {
-	c.mu.Lock()
-	fd := c.draining
-	c.draining = -1
-	c.mu.Unlock()
-	if fd >= 0 {
-		_ = unix.Close(fd)
+	if c.closeLock(&c.draining) {
 		klog.InfoS("Released the shutdown delay lock on the host's logind: the host's shutdown goes on")
 	}
 }
@@ -182,15 +177,23 @@ func (c *Client) fail(err error, retry time.Duration) {
 // connection, nobody would hear the shutdown it delays. A lock held for a
 // shutdown under way waits for Release.
 func (c *Client) dropLock() {
-	c.mu.Lock()
-	fd := c.lock
-	c.lock = -1
-	c.mu.Unlock()
-	if fd >= 0 {
-		_ = unix.Close(fd)
-	}
+	c.closeLock(&c.lock)
 	empty := ""
 	c.owner.Store(&empty)
+}
+
+// closeLock takes the lock held (c.lock or c.draining) out of c under its
+// mutex, and closes it; it says whether one was held.
+func (c *Client) closeLock(held *int) bool {
+	c.mu.Lock()
+	fd := *held
+	*held = -1
+	c.mu.Unlock()
+	if fd < 0 {
+		return false
+	}
+	_ = unix.Close(fd)
+	return true
 }
 
 // signalQueue takes godbus's signals without ever blocking its reader:

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/internal/adjustment"
 	"github.com/nodeinit/nodeinit/internal/bindfile"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
@@ -35,20 +36,20 @@ import (
 // container's / shared; its peers may be the host's (nodeinit run on the
 // host's root keeps the host's propagation), and the id would then change
 // the host's for every program on it.
-func (p Plan) Apply(contained bool) (done []Adjustment, err error) {
+func (p Plan) Apply(contained bool) (done []adjustment.Line, err error) {
 	if p.Source == Own {
 		done = append(done, p.machineIDLine())
 	}
-	if p.Mount == "" && p.ProductUUIDMount == "" {
+	if p.MachineIDSource == "" && p.ProductUUIDSource == "" {
 		return done, nil
 	}
 	var errs []error
 	if !contained {
 		why := errors.New("nodeinit may share the host's mount namespace (not PID 1 of a container, in PID 1's mount namespace, no --private-mountns)")
-		if p.Mount != "" {
+		if p.MachineIDSource != "" {
 			errs = append(errs, p.machineIDFailed(why))
 		}
-		if p.ProductUUIDMount != "" {
+		if p.ProductUUIDSource != "" {
 			errs = append(errs, p.productUUIDFailed(why))
 		}
 		return done, errors.Join(errs...)
@@ -56,7 +57,7 @@ func (p Plan) Apply(contained bool) (done []Adjustment, err error) {
 	b := bindfile.Binder{Detach: true}
 	// part mounts one file; its lines are the detaching its mount needed
 	// (which stays done when the mount fails), then the mount itself.
-	part := func(file string, mount func() error, ok Adjustment, failed func(error) error) {
+	part := func(file string, mount func() error, ok adjustment.Line, failed func(error) error) {
 		before := len(b.Detached)
 		err := mount()
 		for _, d := range b.Detached[before:] {
@@ -68,10 +69,10 @@ func (p Plan) Apply(contained bool) (done []Adjustment, err error) {
 		}
 		done = append(done, ok)
 	}
-	if p.Mount != "" {
+	if p.MachineIDSource != "" {
 		part(MachineIDFile, func() error { return p.mountMachineID(&b) }, p.machineIDLine(), p.machineIDFailed)
 	}
-	if p.ProductUUIDMount != "" {
+	if p.ProductUUIDSource != "" {
 		part(ProductUUIDFile, func() error { return p.mountProductUUID(&b) }, p.productUUIDLine(), p.productUUIDFailed)
 	}
 	if err := b.Close(); err != nil {
@@ -97,61 +98,58 @@ func (p Plan) productUUIDFailed(err error) error {
 }
 
 // mountMachineID mounts the node's machine-id over /etc/machine-id, making
-// an empty file to mount on where the container has none: the target is
-// opened (and checked) first, then the id kept, then mounted.
+// an empty file to mount on where the container has none.
 func (p Plan) mountMachineID(b *bindfile.Binder) error {
-	target, err := bindfile.OpenTarget(filepath.Join(p.root, MachineIDFile), true, false)
-	if err != nil {
-		return err
-	}
-	src := filepath.Join(p.root, p.Mount)
-	what := "the node's kept machine-id"
+	src := filepath.Join(p.root, p.MachineIDSource)
+	what, keepIt := "the node's kept machine-id", func() error { return nil }
 	switch p.Source {
 	case Generated:
-		err = keep(src, p.MachineID)
+		keepIt = func() error { return keep(src, p.MachineID) }
 	case Host:
 		// The copy of the host's id: rewritten when the host's changed.
 		what = "the copy of the host's machine-id"
-		if kept, rerr := readID(src, linux.NoFollow); rerr != nil || kept != p.MachineID {
-			err = keep(src, p.MachineID)
+		keepIt = func() error {
+			if kept, err := readID(src, linux.NoFollow); err == nil && kept == p.MachineID {
+				return nil
+			}
+			return keep(src, p.MachineID)
 		}
 	}
-	if err != nil {
-		target.Close()
-		return err
-	}
-	f, err := openID(src, p.MachineID, what)
-	if err != nil {
-		target.Close()
-		return err
-	}
-	defer f.Close()
-	return b.Over(f, target, true)
+	return p.mountID(b, MachineIDFile, true, src, p.MachineID, what, keepIt)
 }
 
 // mountProductUUID mounts the node's product_uuid over DMI's. sysfs cannot
 // hold a new file: where the machine has no DMI product_uuid there is
 // nothing to mount over.
 func (p Plan) mountProductUUID(b *bindfile.Binder) error {
-	target, err := bindfile.OpenTarget(filepath.Join(p.root, ProductUUIDFile), false, false)
-	if err != nil {
-		return err
-	}
-	src := filepath.Join(p.root, p.ProductUUIDMount)
+	src := filepath.Join(p.root, p.ProductUUIDSource)
+	keepIt := func() error { return nil }
 	if p.ProductUUIDNew {
-		err = keep(src, p.ProductUUID)
+		keepIt = func() error { return keep(src, p.ProductUUID) }
 	}
+	return p.mountID(b, ProductUUIDFile, false, src, p.ProductUUID, "the node's kept product_uuid", keepIt)
+}
+
+// mountID mounts the id file src, holding id, read-only over the file
+// (below the root) target, made empty first where create allows and it is
+// missing: the target is opened (and checked) first, then keepIt writes
+// the id where it must, then src is opened and mounted.
+func (p Plan) mountID(b *bindfile.Binder, target string, create bool, src, id, what string, keepIt func() error) error {
+	t, err := bindfile.OpenTarget(filepath.Join(p.root, target), create, false)
 	if err != nil {
-		target.Close()
 		return err
 	}
-	f, err := openID(src, p.ProductUUID, "the node's kept product_uuid")
+	if err := keepIt(); err != nil {
+		t.Close()
+		return err
+	}
+	f, err := openID(src, id, what)
 	if err != nil {
-		target.Close()
+		t.Close()
 		return err
 	}
 	defer f.Close()
-	return b.Over(f, target, true)
+	return b.Over(f, t, true)
 }
 
 // openID opens the id file at path to mount it: not through a link, never
@@ -227,7 +225,7 @@ func (p *Plan) planDetach() {
 	for _, f := range []struct {
 		file string
 		on   bool
-	}{{MachineIDFile, p.Mount != ""}, {ProductUUIDFile, p.ProductUUIDMount != ""}} {
+	}{{MachineIDFile, p.MachineIDSource != ""}, {ProductUUIDFile, p.ProductUUIDSource != ""}} {
 		if !f.on {
 			continue
 		}

@@ -37,6 +37,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/internal/adjustment"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
@@ -92,13 +93,15 @@ type Plan struct {
 	// Found is what /etc/machine-id held, and Reason why it is or is not
 	// the node's, for the log.
 	Found, Reason string
-	// Mount is the file bind-mounted over /etc/machine-id; empty when the
-	// container's own stays.
-	Mount string
+	// MachineIDSource is the file bind-mounted over /etc/machine-id (the
+	// node's kept id, or the host's copied), the path below the root;
+	// empty when the container's own stays.
+	MachineIDSource string
 	// ProductUUID, when asked for, is the node's own product_uuid, kept in
-	// ProductUUIDMount (to be generated when ProductUUIDNew).
-	ProductUUID, ProductUUIDMount string
-	ProductUUIDNew                bool
+	// ProductUUIDSource, the file bind-mounted over DMI's (to be generated
+	// when ProductUUIDNew).
+	ProductUUID, ProductUUIDSource string
+	ProductUUIDNew                 bool
 	// Detach lists the shared mounts under the files to mount over,
 	// which Apply detaches from their peers first.
 	Detach []Detach
@@ -167,13 +170,13 @@ func Decide(o Options) (Plan, error) {
 	if o.MachineID {
 		if err := p.machineID(o); err != nil {
 			errs = append(errs, fmt.Errorf("cannot give the node a machine-id of its own, so it keeps its container's %s: %w (--node-machine-id=false turns this off)", p.found(), err))
-			p.MachineID, p.Source, p.Mount = "", "", ""
+			p.MachineID, p.Source, p.MachineIDSource = "", "", ""
 		}
 	}
 	if o.ProductUUID {
 		if err := p.productUUID(o); err != nil {
 			errs = append(errs, fmt.Errorf("cannot give the node a product_uuid of its own, so its systemUUID stays the machine's: %w (--node-product-uuid=false turns this off)", err))
-			p.ProductUUID, p.ProductUUIDMount, p.ProductUUIDNew = "", "", false
+			p.ProductUUID, p.ProductUUIDSource, p.ProductUUIDNew = "", "", false
 		}
 	}
 	p.planDetach()
@@ -200,7 +203,7 @@ func (p *Plan) machineID(o Options) error {
 	}
 	p.Found = found
 	switch {
-	case found == "" && !exists(etc):
+	case found == "" && !linux.Exists(etc):
 		p.Reason = MachineIDFile + " is missing"
 	case found == "":
 		p.Reason = MachineIDFile + " is empty"
@@ -229,17 +232,17 @@ func (p *Plan) provide(o Options) error {
 		// Not a mount of PID 1's file: that is in another mount
 		// namespace, whose mounts the kernel does not bind into this one
 		// (EINVAL). A copy, kept next to the node's own.
-		p.MachineID, p.Source, p.Mount = host, Host, filepath.Join(o.StateDir, HostCopy)
+		p.MachineID, p.Source, p.MachineIDSource = host, Host, filepath.Join(o.StateDir, HostCopy)
 		p.Reason += "; the container shares the host's pid namespace, so the node is the host"
 		return nil
 	}
-	p.Mount = filepath.Join(o.StateDir, "machine-id")
-	kept, err := readID(filepath.Join(o.Root, p.Mount), linux.NoFollow)
+	p.MachineIDSource = filepath.Join(o.StateDir, "machine-id")
+	kept, err := readID(filepath.Join(o.Root, p.MachineIDSource), linux.NoFollow)
 	if err != nil {
-		return unusable("the node's kept machine-id", p.Mount, err, "remove it to have a new one made")
+		return unusable("the node's kept machine-id", p.MachineIDSource, err, "remove it to have a new one made")
 	}
 	if kept != "" && !Valid(kept) {
-		return fmt.Errorf("the node's kept machine-id %s is not a machine-id: remove it to have a new one made", p.Mount)
+		return fmt.Errorf("the node's kept machine-id %s is not a machine-id: remove it to have a new one made", p.MachineIDSource)
 	}
 	if kept != "" {
 		p.MachineID, p.Source = kept, Kept
@@ -313,7 +316,7 @@ func (p *Plan) productUUID(o Options) error {
 	if kept != "" && !validUUID(kept) {
 		return fmt.Errorf("the node's kept product_uuid %s is not a UUID: remove it to have a new one made", mount)
 	}
-	p.ProductUUIDMount = mount
+	p.ProductUUIDSource = mount
 	if kept != "" {
 		p.ProductUUID = kept
 		return nil
@@ -341,18 +344,13 @@ func newID() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
-}
-
 // Adjustments are the log lines of the plan: what nodeinit does to the
 // node's identity and why, each with its off switch. The container's own
 // valid machine-id is one line too, saying it is left alone.
-func (p Plan) Adjustments() []Adjustment {
+func (p Plan) Adjustments() []adjustment.Line {
 	// In the order Apply logs them: the detaching a mount needs, then the
 	// mount.
-	var out []Adjustment
+	var out []adjustment.Line
 	detach := func(file string) {
 		for _, d := range p.Detach {
 			if d.For == file {
@@ -364,29 +362,29 @@ func (p Plan) Adjustments() []Adjustment {
 		detach(MachineIDFile)
 		out = append(out, p.machineIDLine())
 	}
-	if p.ProductUUIDMount != "" {
+	if p.ProductUUIDSource != "" {
 		detach(ProductUUIDFile)
 		out = append(out, p.productUUIDLine())
 	}
 	return out
 }
 
-func (p Plan) machineIDLine() Adjustment {
+func (p Plan) machineIDLine() adjustment.Line {
 	if p.Source == Own {
-		return Adjustment{"The node's machine-id is its container's own: left alone",
-			[]any{"machineID", p.MachineID, "reason", p.Reason}}
+		return adjustment.Line{Msg: "The node's machine-id is its container's own: left alone",
+			KV: []any{"machineID", p.MachineID, "reason", p.Reason}}
 	}
-	return Adjustment{"Mounting a machine-id of the node's own over " + MachineIDFile + " (--node-machine-id=false turns this off)",
-		[]any{"machineID", p.MachineID, "source", string(p.Source), "from", p.Mount, "reason", p.Reason}}
+	return adjustment.Line{Msg: "Mounting a machine-id of the node's own over " + MachineIDFile + " (--node-machine-id=false turns this off)",
+		KV: []any{"machineID", p.MachineID, "source", string(p.Source), "from", p.MachineIDSource, "reason", p.Reason}}
 }
 
-func (p Plan) productUUIDLine() Adjustment {
+func (p Plan) productUUIDLine() adjustment.Line {
 	src := Kept
 	if p.ProductUUIDNew {
 		src = Generated
 	}
-	return Adjustment{"Mounting a product_uuid of the node's own over " + ProductUUIDFile + " (--node-product-uuid=false turns this off)",
-		[]any{"productUUID", p.ProductUUID, "source", string(src), "from", p.ProductUUIDMount,
+	return adjustment.Line{Msg: "Mounting a product_uuid of the node's own over " + ProductUUIDFile + " (--node-product-uuid=false turns this off)",
+		KV: []any{"productUUID", p.ProductUUID, "source", string(src), "from", p.ProductUUIDSource,
 			"reason", "several nodes on one host would share its systemUUID"}}
 }
 
@@ -399,28 +397,12 @@ type Detach struct {
 	Mountpoint, PeerGroup, For string
 }
 
-func (d Detach) line() Adjustment {
+func (d Detach) line() adjustment.Line {
 	off := "--node-machine-id=false"
 	if d.For == ProductUUIDFile {
 		off = "--node-product-uuid=false"
 	}
-	return Adjustment{"Detaching the shared mount at " + d.Mountpoint + " from its peers before mounting the node's id on it, then sharing it again in a peer group of its own (" + off + " turns this off)",
-		[]any{"mount", d.Mountpoint, "peerGroup", d.PeerGroup, "for", d.For,
+	return adjustment.Line{Msg: "Detaching the shared mount at " + d.Mountpoint + " from its peers before mounting the node's id on it, then sharing it again in a peer group of its own (" + off + " turns this off)",
+		KV: []any{"mount", d.Mountpoint, "peerGroup", d.PeerGroup, "for", d.For,
 			"reason", "a mount on a shared mount propagates to its peers, which may be the host's; as a slave of them it still receives their mounts and sends them none"}}
-}
-
-// Adjustment is one log line: a message and its key/value pairs.
-type Adjustment struct {
-	Msg string
-	KV  []any
-}
-
-// String is the line as --write-flags prints it.
-func (a Adjustment) String() string {
-	var b strings.Builder
-	b.WriteString(a.Msg)
-	for i := 0; i+1 < len(a.KV); i += 2 {
-		fmt.Fprintf(&b, " %v=%q", a.KV[i], fmt.Sprint(a.KV[i+1]))
-	}
-	return b.String()
 }

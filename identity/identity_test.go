@@ -72,8 +72,8 @@ func TestDecideGivesTheNodeAMachineIDOfItsOwn(t *testing.T) {
 			root := fakeRoot(t, tc.files)
 			p, err := Decide(Options{Root: root, StateDir: state, ImageMachineID: tc.image, PID1: tc.pid1, MachineID: true})
 			must(t, err)
-			if p.Source != tc.source || p.Mount != tc.mount || !strings.Contains(p.Reason, tc.reason) {
-				t.Errorf("source %q, mount %q, reason %q; want %q, %q, one saying %q", p.Source, p.Mount, p.Reason, tc.source, tc.mount, tc.reason)
+			if p.Source != tc.source || p.MachineIDSource != tc.mount || !strings.Contains(p.Reason, tc.reason) {
+				t.Errorf("source %q, machine-id source %q, reason %q; want %q, %q, one saying %q", p.Source, p.MachineIDSource, p.Reason, tc.source, tc.mount, tc.reason)
 			}
 			if tc.id != "" && p.MachineID != tc.id {
 				t.Errorf("machine-id %q, want %q", p.MachineID, tc.id)
@@ -115,7 +115,7 @@ func TestMachineIDOffLeavesItAlone(t *testing.T) {
 	root := fakeRoot(t, map[string]string{"etc/machine-id": "uninitialized"})
 	p, err := Decide(Options{Root: root, StateDir: "/state", PID1: true})
 	must(t, err)
-	if p.Mount != "" || p.Source != "" || len(p.Adjustments()) != 0 {
+	if p.MachineIDSource != "" || p.Source != "" || len(p.Adjustments()) != 0 {
 		t.Errorf("with the machine-id off: %+v", p)
 	}
 }
@@ -137,13 +137,13 @@ func TestProductUUIDIsOptInAndKept(t *testing.T) {
 	root := fakeRoot(t, map[string]string{"etc/machine-id": hostsID})
 	p, err := Decide(Options{Root: root, StateDir: "/state", PID1: true, MachineID: true})
 	must(t, err)
-	if p.ProductUUIDMount != "" {
+	if p.ProductUUIDSource != "" {
 		t.Errorf("a product_uuid without asking: %+v", p)
 	}
 	p, err = Decide(Options{Root: root, StateDir: "/state", PID1: true, ProductUUID: true})
 	must(t, err)
 	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
-	if !uuid.MatchString(p.ProductUUID) || !p.ProductUUIDNew || p.ProductUUIDMount != "/state/product_uuid" {
+	if !uuid.MatchString(p.ProductUUID) || !p.ProductUUIDNew || p.ProductUUIDSource != "/state/product_uuid" {
 		t.Errorf("product_uuid %+v", p)
 	}
 	must(t, os.MkdirAll(filepath.Join(root, "state"), 0o755))

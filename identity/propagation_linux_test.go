@@ -11,6 +11,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeinit/nodeinit/internal/adjustment"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
@@ -75,7 +76,7 @@ func TestApplyOnASharedRootWithAHostPeer(t *testing.T) {
 	var seen, hostSeen, rootSeen []byte
 	var hostMounts []string
 	var applied error
-	var done []Adjustment
+	var done []adjustment.Line
 	var propagation string
 	hostAndNode(t, func() error {
 		if err := sharedWithPeer(root, host); err != nil {

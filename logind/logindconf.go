@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -59,7 +60,7 @@ func readLogindConf(root string) logindConf {
 	var files []string
 	for _, dir := range confDirs {
 		p := filepath.Join(dir, "logind.conf")
-		if fi, err := os.Stat(filepath.Join(root, p)); err == nil && fi.Mode().IsRegular() {
+		if linux.IsRegular(filepath.Join(root, p)) {
 			files = append(files, p)
 			break
 		}
@@ -88,12 +89,7 @@ func readLogindConf(root string) logindConf {
 			dropIns[e.Name()] = filepath.Join(d, e.Name())
 		}
 	}
-	names := make([]string, 0, len(dropIns))
-	for name := range dropIns {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(dropIns)) {
 		p := dropIns[name]
 		if target, err := os.Readlink(filepath.Join(root, p)); err == nil && target == os.DevNull {
 			continue // masked

@@ -6,17 +6,15 @@
 package mountns
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/internal/linux"
+	"github.com/nodeinit/nodeinit/internal/procstatus"
 )
 
 // MarkerEnv is the environment variable that tells a re-executed nodeinit it
@@ -130,42 +128,21 @@ func permissionHint(err error) string {
 		}
 		return ""
 	}
-	status, serr := readStatus("/proc/self/status")
+	status, serr := procstatus.Read("/proc/self/status")
 	if serr != nil {
 		return " (needs root or CAP_SYS_ADMIN)"
 	}
 	return " (" + explainEPERM(status) + ")"
 }
 
-// capSysAdmin is CAP_SYS_ADMIN's bit in the capability sets of
-// /proc/<pid>/status.
-const capSysAdmin = 21
-
 // explainEPERM names the likely cause of an EPERM from the fields of
 // /proc/self/status.
-func explainEPERM(status map[string]string) string {
-	if eff, err := strconv.ParseUint(status["CapEff"], 16, 64); err == nil && eff&(1<<capSysAdmin) == 0 {
+func explainEPERM(status procstatus.Status) string {
+	if has, known := status.Effective(unix.CAP_SYS_ADMIN); known && !has {
 		return "needs root or CAP_SYS_ADMIN"
 	}
 	if mode := status["Seccomp"]; mode != "" && mode != "0" {
 		return "CAP_SYS_ADMIN is present, so a seccomp profile forbids it: run with one that allows unshare and mount"
 	}
 	return "CAP_SYS_ADMIN is present but not over this namespace: is nodeinit in a user namespace it does not own?"
-}
-
-// readStatus reads the "Key:\tvalue" lines of /proc/<pid>/status.
-func readStatus(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	status := map[string]string{}
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if k, v, ok := strings.Cut(s.Text(), ":"); ok {
-			status[k] = strings.TrimSpace(v)
-		}
-	}
-	return status, s.Err()
 }

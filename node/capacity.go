@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"k8s.io/klog/v2"
-
 	"github.com/nodeinit/nodeinit/cgroups"
+	"github.com/nodeinit/nodeinit/internal/adjustment"
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 )
 
 // The kubelet takes its capacity from the machine, never from its cgroup
@@ -55,30 +55,7 @@ type Sizing struct {
 	// the configuration file's map.
 	SystemReserved string
 	// Notes are the log lines: one per limit found, with its reason.
-	Notes []Note
-}
-
-// Note is one log line of the sizing.
-type Note struct {
-	Warning bool
-	Msg     string
-	KV      []any
-}
-
-// Log writes the notes to nodeinit's log.
-func (s Sizing) Log() {
-	for _, n := range s.Notes {
-		if n.Warning {
-			// klog has no structured warning: the pairs as InfoS writes them.
-			var b strings.Builder
-			for i := 0; i+1 < len(n.KV); i += 2 {
-				fmt.Fprintf(&b, " %v=%q", n.KV[i], fmt.Sprint(n.KV[i+1]))
-			}
-			klog.WarningDepth(1, n.Msg+b.String())
-		} else {
-			klog.InfoSDepth(1, n.Msg, n.KV...)
-		}
-	}
+	Notes []adjustment.Line
 }
 
 // SizeToContainer reads the machine the kubelet will see and sizes the
@@ -89,12 +66,12 @@ func (s Sizing) Log() {
 func SizeToContainer(args []string, kc KubeletConfig, limits cgroups.Limits, root string, limitsErr error) Sizing {
 	var s Sizing
 	if limitsErr != nil {
-		s.Notes = append(s.Notes, Note{Warning: true, Msg: "Cannot read every limit of the kubelet's cgroup root; sizing the node to those read",
+		s.Notes = append(s.Notes, adjustment.Line{Warning: true, Msg: "Cannot read every limit of the kubelet's cgroup root; sizing the node to those read",
 			KV: []any{"cgroupRoot", root, "err", limitsErr}})
 	}
 	m, err := ReadMachine("/")
 	if err != nil {
-		s.Notes = append(s.Notes, Note{Warning: true, Msg: "Cannot read the machine's capacity as the kubelet does; the node is not sized to its container",
+		s.Notes = append(s.Notes, adjustment.Line{Warning: true, Msg: "Cannot read the machine's capacity as the kubelet does; the node is not sized to its container",
 			KV: []any{"err", err}})
 		return s
 	}
@@ -116,17 +93,7 @@ type reservation struct {
 // flag, when given, replaces the field; repeated, it accumulates
 // (component-base's MapStringString).
 func kubeletReservation(args []string, flag string, field map[string]string, kc KubeletConfig, fieldName string, sep string) reservation {
-	if vals := flagValues(args, flag); len(vals) > 0 {
-		m := map[string]string{}
-		for _, v := range vals {
-			for pair := range strings.SplitSeq(v, ",") {
-				if pair == "" {
-					continue
-				}
-				k, val, _ := strings.Cut(pair, sep)
-				m[strings.TrimSpace(k)] = strings.TrimSpace(val)
-			}
-		}
+	if m, set := cmdline.Map(args, flag, sep); set {
 		return reservation{m, "the executor's --" + flag}
 	}
 	if field == nil {
@@ -153,7 +120,7 @@ func (r reservation) amount(resource string, scale int64) (int64, string, error)
 func sizeNode(m Machine, limits cgroups.Limits, root string, args []string, kc KubeletConfig) Sizing {
 	var s Sizing
 	note := func(warning bool, msg string, kv ...any) {
-		s.Notes = append(s.Notes, Note{Warning: warning, Msg: msg, KV: kv})
+		s.Notes = append(s.Notes, adjustment.Line{Warning: warning, Msg: msg, KV: kv})
 	}
 	narrowed := limits.CPU.Found() && (limits.CPU.Value < int64(m.CPUs)*1000 || !strings.HasPrefix(limits.CPU.From, "cpuset."))
 	if !limits.Memory.Found() && !narrowed && !limits.Pids.Found() {
@@ -169,11 +136,11 @@ func sizeNode(m Machine, limits cgroups.Limits, root string, args []string, kc K
 	if kc.evictionDefaulted && eviction.from != "" && !strings.HasPrefix(eviction.from, "the executor's") {
 		eviction.from = "the kubelet's default evictionHard (its --config file sets none)"
 	}
-	if boolFlag(args, "experimental-allocatable-ignore-eviction") {
+	if ignore, _, _ := cmdline.Bool(args, "experimental-allocatable-ignore-eviction"); ignore {
 		eviction = reservation{}
 	}
 	reservedCPUs, reservedCPUsFrom := kc.ReservedSystemCPUs, "reservedSystemCPUs of the kubelet's configuration "+strings.Join(kc.Files, " ")
-	if v, set := flagValue(args, "reserved-cpus"); set {
+	if v, set := cmdline.Value(args, "reserved-cpus"); set {
 		reservedCPUs, reservedCPUsFrom = v, "the executor's --reserved-cpus"
 	}
 
@@ -291,7 +258,7 @@ func evictionThreshold(e reservation, capacity int64) (int64, string, error) {
 // kubeletEnforcement is the kubelet's enforceNodeAllocatable: its flag,
 // else its configuration's, else its default, pods.
 func kubeletEnforcement(args []string, kc KubeletConfig) []string {
-	if vals := flagValues(args, "enforce-node-allocatable"); len(vals) > 0 {
+	if vals := cmdline.Values(args, "enforce-node-allocatable"); len(vals) > 0 {
 		var out []string
 		for _, v := range vals {
 			out = append(out, strings.Split(v, ",")...)

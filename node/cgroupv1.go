@@ -2,8 +2,9 @@ package node
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
+
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 )
 
 // failCgroupV1Since is the first release whose kubelet defaults
@@ -32,8 +33,8 @@ func CgroupV1Refusal(args []string, kc KubeletConfig, v KubeletVersion) string {
 	if !v.Known() {
 		return ""
 	}
-	flag, set, ok := boolFlagValue(args, "fail-cgroupv1")
-	if !ok {
+	flag, set, err := cmdline.Bool(args, "fail-cgroupv1")
+	if err != nil {
 		return ""
 	}
 	files := strings.Join(kc.Files, " ")
@@ -72,30 +73,4 @@ func kubeletConfigFile(kc KubeletConfig) string {
 		return "a drop-in of its --config-dir"
 	}
 	return "its configuration (a --config file)"
-}
-
-// boolFlagValue is the last value of a boolean flag in args as pflag reads
-// it: --name (true) or --name=VALUE, one dash or two, stopping at "--"; a
-// bare --name never takes the next argument. ok is false for a value
-// pflag refuses (the program then says so itself).
-func boolFlagValue(args []string, name string) (value, set, ok bool) {
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if !strings.HasPrefix(a, "-") {
-			continue
-		}
-		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
-		if v, found := strings.CutPrefix(a, name+"="); found {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return false, true, false
-			}
-			value, set = b, true
-		} else if a == name {
-			value, set = true, true
-		}
-	}
-	return value, set, true
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 	"sigs.k8s.io/yaml"
 )
 
@@ -137,9 +138,9 @@ const maxKubeletFile = 1 << 20
 // names it.
 func ReadKubeletConfig(args []string) (KubeletConfig, error) {
 	var k KubeletConfig
-	k.cgroupDriverFlag, _ = flagValue(args, "cgroup-driver")
-	file, _ := flagValue(args, "config")
-	dir, _ := flagValue(args, "config-dir")
+	k.cgroupDriverFlag, _ = cmdline.Value(args, "cgroup-driver")
+	file, _ := cmdline.Value(args, "config")
+	dir, _ := cmdline.Value(args, "config-dir")
 	var files []string
 	if file != "" {
 		k.File = file

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/nodeinit/nodeinit/cgroups"
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // Machine is the node's capacity as the kubelet reads it (kubelet v1.34,
@@ -97,7 +98,7 @@ func countCPUs(dir string) (int, error) {
 		if err != nil || online != nil && !online[id] {
 			continue
 		}
-		if !exists(filepath.Join(c, "topology/core_id")) || !exists(filepath.Join(c, "topology/physical_package_id")) {
+		if !linux.Exists(filepath.Join(c, "topology/core_id")) || !linux.Exists(filepath.Join(c, "topology/physical_package_id")) {
 			continue
 		}
 		n++
@@ -106,9 +107,4 @@ func countCPUs(dir string) (int, error) {
 		return 0, fmt.Errorf("read the machine's CPUs: no online CPU with a topology in %s", dir)
 	}
 	return n, nil
-}
-
-func exists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

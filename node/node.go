@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 )
 
 // containerIDEnv names the executor's environment variable that carries the
@@ -105,7 +106,7 @@ func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig, ad
 // cgroupRoot. from says which, and which one wins, for the log; it is empty
 // when the executor sets none.
 func OwnCgroupRoot(args []string, kc KubeletConfig) (root, from string) {
-	flag, set := flagValue(args, "cgroup-root")
+	flag, set := cmdline.Value(args, "cgroup-root")
 	switch {
 	case set && kc.CgroupRoot != "":
 		return flag, fmt.Sprintf("the executor's --cgroup-root=%s, which overrides cgroupRoot %s of the kubelet's configuration %s",
@@ -179,7 +180,7 @@ func Proxy(c *config.Config, env []string, added ...string) Command {
 // The kubelet takes its node IP from this flag only; its configuration file
 // has no such field.
 func executorNodeIP(args []string) string {
-	ip, _ := flagValue(args, "node-ip")
+	ip, _ := cmdline.Value(args, "node-ip")
 	first, _, _ := strings.Cut(ip, ",")
 	return first
 }
@@ -188,66 +189,10 @@ func executorNodeIP(args []string) string {
 // state: a flag only (the KubeletConfiguration has no such field), by
 // default /var/lib/kubelet.
 func KubeletRootDir(args []string) string {
-	if dir, ok := flagValue(args, "root-dir"); ok && dir != "" {
+	if dir, ok := cmdline.Value(args, "root-dir"); ok && dir != "" {
 		return dir
 	}
 	return "/var/lib/kubelet"
-}
-
-// flagValue finds the last value of a flag in args (see flagValues).
-func flagValue(args []string, name string) (value string, set bool) {
-	vals := flagValues(args, name)
-	if len(vals) == 0 {
-		return "", false
-	}
-	return vals[len(vals)-1], true
-}
-
-// flagValues finds every value of a flag in args, in order, in the forms
-// --name=value and --name value (one dash too, for Go's flag package),
-// stopping at "--" where a program's own flags end. A map flag of the
-// kubelet accumulates them.
-func flagValues(args []string, name string) []string {
-	var out []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			break
-		}
-		if !strings.HasPrefix(a, "-") {
-			continue
-		}
-		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			out = append(out, v)
-		} else if a == name {
-			v := ""
-			if i+1 < len(args) {
-				i++
-				v = args[i]
-			}
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
-// boolFlag reports whether a boolean flag is on in args: --name or
-// --name=true, the last one counting.
-func boolFlag(args []string, name string) bool {
-	on := false
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		switch strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-") {
-		case name, name + "=true":
-			on = true
-		case name + "=false":
-			on = false
-		}
-	}
-	return on
 }
 
 // insertFlag adds a flag after the program's own flags: before a "--" that

@@ -3,10 +3,12 @@ package node
 import (
 	"debug/buildinfo"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/nodeinit/nodeinit/internal/cmdline"
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // KubeletVersion is the Kubernetes release of the kubelet code in the
@@ -144,15 +146,11 @@ func parseRelease(s string, major int) (KubeletVersion, bool) {
 // rule): a name with a slash is a path, another is searched in pathList.
 // "" when there is no such regular file.
 func lookPath(name, pathList string) string {
-	regular := func(p string) bool {
-		fi, err := os.Stat(p)
-		return err == nil && fi.Mode().IsRegular()
-	}
 	if name == "" {
 		return ""
 	}
 	if strings.Contains(name, "/") {
-		if regular(name) {
+		if linux.IsRegular(name) {
 			return name
 		}
 		return ""
@@ -161,7 +159,7 @@ func lookPath(name, pathList string) string {
 		if dir == "" {
 			dir = "."
 		}
-		if p := filepath.Join(dir, name); regular(p) {
+		if p := filepath.Join(dir, name); linux.IsRegular(p) {
 			return p
 		}
 	}
@@ -176,14 +174,10 @@ func FeatureGate(args []string, kc KubeletConfig, gate string) (value bool, wher
 	if v, ok := kc.FeatureGates[gate]; ok {
 		value, where = v, "the kubelet's configuration "+strings.Join(kc.Files, " ")
 	}
-	for _, list := range flagValues(args, "feature-gates") {
-		for kv := range strings.SplitSeq(list, ",") {
-			k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
-			if k == gate {
-				b, _ := strconv.ParseBool(v)
-				value, where = b, "the kubelet's --feature-gates"
-			}
-		}
+	gates, _ := cmdline.Map(args, "feature-gates", "=")
+	if v, ok := gates[gate]; ok {
+		value, _ = strconv.ParseBool(v)
+		where = "the kubelet's --feature-gates"
 	}
 	return value, where
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/internal/adjustment"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
@@ -45,7 +46,7 @@ func (p *Plan) Apply() (warnings []string, err error) {
 	if p.iptables != "" {
 		if err := p.linkIPTables(); err != nil {
 			warnings = append(warnings, fmt.Sprintf("Cannot link the iptables commands of %s: %v; the image's default iptables stays", p.iptables, err))
-			p.Adjustments = slices.DeleteFunc(p.Adjustments, func(a Adjustment) bool { return a.Check == config.CheckIPTables })
+			p.Adjustments = slices.DeleteFunc(p.Adjustments, func(a adjustment.Line) bool { return a.Value("check") == config.CheckIPTables })
 		}
 	}
 	for _, s := range p.sysctls {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 	"github.com/nodeinit/nodeinit/node"
 )
 
@@ -47,20 +48,20 @@ const userNamespaceGate = node.UserNamespaceGate
 // line, since making it writable would open every cgroup of the host to
 // the container. Without CAP_SYS_ADMIN, one line says what to give the
 // container.
-func checkCgroupfs(p *Plan, h *host, in Input) {
+func checkCgroupfs(p *Plan, ct *container, in Input) {
 	if !isKubelet(in) {
 		return
 	}
-	for _, m := range h.mounts {
+	for _, m := range ct.mounts {
 		if (m.FSType != "cgroup" && m.FSType != "cgroup2") || !hasOption(m.Options, "ro") {
 			continue
 		}
-		if !h.capSysAdmin {
+		if !ct.capSysAdmin {
 			p.warn("The cgroupfs at %s is mounted read-only and nodeinit lacks CAP_SYS_ADMIN to remount it: the kubelet cannot make the pods' cgroups; "+
 				"run the container with its cgroupfs read-write (privileged, or podman's --security-opt unmask=/sys/fs/cgroup)", m.Mountpoint)
 			continue
 		}
-		if own, why := h.ownCgroupMount(m); !own {
+		if own, why := ct.ownCgroupMount(m); !own {
 			p.refuse("The cgroupfs at %s is mounted read-only and %s: nodeinit does not make it writable; "+
 				"mount it read-write (a privileged container's is: --privileged, or -v /sys/fs/cgroup:/sys/fs/cgroup:rw), or, where the container runtime runs inside the container too, give it a cgroup namespace of its own", m.Mountpoint, why)
 			continue
@@ -77,7 +78,7 @@ func checkCgroupfs(p *Plan, h *host, in Input) {
 		p.mounts = append(p.mounts, mount{target: m.Mountpoint, flags: flags})
 		p.adjust(config.CheckCgroupfs, "remount "+m.Mountpoint+" read-write",
 			"the cgroupfs is mounted read-only and the kubelet makes the pods' cgroups in it; it shows the container's own cgroups (%s), and nodeinit has CAP_SYS_ADMIN",
-			h.cgroupMountRoot(m))
+			ct.cgroupMountRoot(m))
 	}
 }
 
@@ -85,16 +86,16 @@ func checkCgroupfs(p *Plan, h *host, in Input) {
 // read: the kubelet's OOM watcher opens it and the kubelet exits when it
 // cannot. Never /dev/console: kind linked that and removed it again for
 // the loop it made with journald. In a user namespace the gate does it.
-func checkKmsg(p *Plan, h *host, in Input) {
+func checkKmsg(p *Plan, ct *container, in Input) {
 	if !isKubelet(in) {
 		return
 	}
-	if h.userNS && userNamespaceGateOn(in) {
+	if ct.userNS && userNamespaceGateOn(in) {
 		return
 	}
 	const kmsg = "/dev/kmsg"
 	var missing bool
-	f, err := os.OpenFile(h.path(kmsg), os.O_RDONLY|unix.O_NONBLOCK, 0)
+	f, err := os.OpenFile(ct.path(kmsg), os.O_RDONLY|unix.O_NONBLOCK, 0)
 	switch {
 	case err == nil:
 		f.Close()
@@ -118,7 +119,7 @@ func checkKmsg(p *Plan, h *host, in Input) {
 // set on, or left unset where its release turns it on by default or
 // checkUserNamespace adds it.
 func userNamespaceGateOn(in Input) bool {
-	v, where := featureGate(in, userNamespaceGate)
+	v, where := node.FeatureGate(in.Config.Executor.Args, in.Kubelet, userNamespaceGate)
 	if where != "" {
 		return v
 	}
@@ -130,12 +131,12 @@ func userNamespaceGateOn(in Input) bool {
 // kubelet does: /sys/fs/cgroup is not a cgroup2 mount (the topmost mount
 // there, as statfs sees it; none at all is the file system below, not
 // cgroup2 either). nodeinit never sets failCgroupV1 itself.
-func warnCgroupV1(p *Plan, h *host, in Input) {
+func warnCgroupV1(p *Plan, ct *container, in Input) {
 	if !isKubelet(in) {
 		return
 	}
 	v2 := false
-	for _, m := range h.mounts {
+	for _, m := range ct.mounts {
 		if m.Mountpoint == "/sys/fs/cgroup" {
 			v2 = m.FSType == "cgroup2"
 		}
@@ -150,11 +151,11 @@ func warnCgroupV1(p *Plan, h *host, in Input) {
 
 // checkSwap refuses to start a kubelet that would exit on swap: swap is on
 // and its failSwapOn is unset (true) or true.
-func checkSwap(p *Plan, h *host, in Input) {
+func checkSwap(p *Plan, ct *container, in Input) {
 	if !isKubelet(in) {
 		return
 	}
-	b, err := os.ReadFile(h.path("/proc/swaps"))
+	b, err := os.ReadFile(ct.path("/proc/swaps"))
 	if err != nil {
 		return
 	}
@@ -181,7 +182,7 @@ func checkSwap(p *Plan, h *host, in Input) {
 // true) wins over failSwapOn; without either the default is true.
 func kubeletFailSwapOn(in Input) (on bool, where, fix string) {
 	files := strings.Join(in.Kubelet.Files, " ")
-	flag, set, err := boolFlagOf(in.Config.Executor.Args, "fail-swap-on")
+	flag, set, err := cmdline.Bool(in.Config.Executor.Args, "fail-swap-on")
 	switch {
 	case err != nil:
 		// The kubelet refuses the flag itself, and says so.
@@ -208,18 +209,18 @@ var cadvisorFSTypes = []string{"btrfs", "overlay", "tmpfs", "xfs", "zfs"}
 // checkRootfsDevice refuses to start a kubelet whose root directory is on
 // a file system its cAdvisor cannot find ("failed to get rootfs info"):
 // not one of the types it knows, and not from a device under /dev.
-func checkRootfsDevice(p *Plan, h *host, in Input) {
+func checkRootfsDevice(p *Plan, ct *container, in Input) {
 	if !isKubelet(in) {
 		return
 	}
-	dir, _ := flagOf(in.Config.Executor.Args, "root-dir")
+	dir, _ := cmdline.Value(in.Config.Executor.Args, "root-dir")
 	if dir == "" {
 		dir = "/var/lib/kubelet"
 	}
 	// The kubelet makes its root dir: look at where it will be made.
 	at := filepath.Clean(dir)
 	var st unix.Stat_t
-	for unix.Stat(h.path(at), &st) != nil {
+	for unix.Stat(ct.path(at), &st) != nil {
 		if at == "/" {
 			return
 		}
@@ -227,7 +228,7 @@ func checkRootfsDevice(p *Plan, h *host, in Input) {
 	}
 	major, minor := int(unix.Major(st.Dev)), int(unix.Minor(st.Dev))
 	seen := map[string]bool{}
-	for _, m := range h.mounts {
+	for _, m := range ct.mounts {
 		known := strings.HasPrefix(m.FSType, "ext") || strings.HasPrefix(m.FSType, "nfs") || slices.Contains(cadvisorFSTypes, m.FSType)
 		if !known || (seen[m.Source] && m.FSType != "tmpfs") {
 			continue
@@ -237,7 +238,7 @@ func checkRootfsDevice(p *Plan, h *host, in Input) {
 			return
 		}
 	}
-	m := h.mountOf(at)
+	m := ct.cadvisorMount(at)
 	if m != nil && strings.HasPrefix(m.Source, "/dev/") {
 		return
 	}
@@ -262,18 +263,18 @@ var inotifyNeeds = []struct {
 
 // checkInotify warns about inotify limits below a node's needs, or raises
 // them when the configuration allows it and they are writable.
-func checkInotify(p *Plan, h *host, in Input) {
+func checkInotify(p *Plan, ct *container, in Input) {
 	if !isKubelet(in) {
 		return
 	}
 	for _, s := range inotifyNeeds {
 		file := "/proc/sys/" + strings.ReplaceAll(s.sysctl, ".", "/")
-		have, ok := h.readInt(file)
+		have, ok := ct.readInt(file)
 		if !ok || have >= s.need {
 			continue
 		}
 		switch {
-		case in.Config.ContainerChecks.RaiseInotifyLimits && h.writable(file):
+		case in.Config.ContainerChecks.RaiseInotifyLimits && ct.writable(file):
 			p.sysctls = append(p.sysctls, sysctlWrite{file, strconv.FormatInt(s.need, 10)})
 			p.adjust(config.CheckInotify, fmt.Sprintf("%s=%d", s.sysctl, s.need),
 				"it was %d, below what a node's kubelet and containers use up; raising it was asked for (--raise-inotify-limits)", have)
@@ -293,18 +294,18 @@ const systemdResolvConf = "/run/systemd/resolve/resolv.conf"
 // checkResolvConf keeps the pods off a loopback resolver: CoreDNS and the
 // pods would forward to themselves. The kubelet gets systemd-resolved's
 // upstream file when it has real servers, unless its own resolvConf is set.
-func checkResolvConf(p *Plan, h *host, in Input) {
+func checkResolvConf(p *Plan, ct *container, in Input) {
 	if !isKubelet(in) || in.Kubelet.ResolvConf != nil {
 		return
 	}
-	if _, set := flagOf(in.Config.Executor.Args, "resolv-conf"); set {
+	if _, set := cmdline.Value(in.Config.Executor.Args, "resolv-conf"); set {
 		return
 	}
-	servers, ok := h.nameservers("/etc/resolv.conf")
+	servers, ok := ct.nameservers("/etc/resolv.conf")
 	if !ok || len(servers) == 0 || slices.ContainsFunc(servers, func(s string) bool { return !isLoopback(s) }) {
 		return
 	}
-	if up, _ := h.nameservers(systemdResolvConf); slices.ContainsFunc(up, func(s string) bool { return !isLoopback(s) }) {
+	if up, _ := ct.nameservers(systemdResolvConf); slices.ContainsFunc(up, func(s string) bool { return !isLoopback(s) }) {
 		p.KubeletArgs = append(p.KubeletArgs, "--resolv-conf="+systemdResolvConf)
 		p.adjust(config.CheckResolvConf, "--resolv-conf="+systemdResolvConf+" for the kubelet",
 			"/etc/resolv.conf has only loopback nameservers (%s), which would loop in the pods; %s has the upstream ones (%s)",

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/internal/cmdline"
 )
 
 // conntrackSetting is one of kube-proxy's conntrack settings that write
@@ -52,11 +53,11 @@ func optional(n *int32) (string, bool) {
 // it cannot write a value it wants. A setting left unset there is passed
 // as 0 (kube-proxy then leaves the kernel's value alone, as kind and k3s
 // do); one the operator set is left as it is, with a warning.
-func checkConntrack(p *Plan, h *host, in Input) {
+func checkConntrack(p *Plan, ct *container, in Input) {
 	if !isKubeProxy(in) {
 		return
 	}
-	if h.foreignNetns {
+	if ct.foreignNetns {
 		p.warn("kube-proxy cannot program this network namespace: it belongs to a user namespace outside the container's, where the container's root " +
 			"has no CAP_NET_ADMIN (iptables: \"Permission denied (you must be root)\"); give the container a network namespace of its own " +
 			"(rootless podman's default), or run no proxy (--run-proxy=false)")
@@ -66,15 +67,15 @@ func checkConntrack(p *Plan, h *host, in Input) {
 	file := config.ProxyConfigFile(px.Args)
 	var fileConntrack map[string]any
 	if file != "" {
-		fileConntrack = proxyFileConntrack(h, file)
+		fileConntrack = proxyFileConntrack(ct, file)
 	}
 	for _, s := range conntrackSettings {
 		sysctl := "/proc/sys/net/netfilter/" + s.sysctl
-		if h.writable(sysctl) {
+		if ct.writable(sysctl) {
 			continue
 		}
 		why := sysctl + " is read-only in this network namespace"
-		if _, err := os.Stat(h.path(sysctl)); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(ct.path(sysctl)); errors.Is(err, fs.ErrNotExist) {
 			why = sysctl + " does not exist (no nf_conntrack in this kernel or namespace)"
 		}
 		if file != "" {
@@ -88,7 +89,7 @@ func checkConntrack(p *Plan, h *host, in Input) {
 			continue
 		}
 		v, set := s.value(px.Conntrack)
-		if a, ok := flagOf(px.Args, s.flag); ok {
+		if a, ok := cmdline.Value(px.Args, s.flag); ok {
 			v, set = a, true
 		}
 		if s.flag == "conntrack-max-per-core" && !set {
@@ -96,7 +97,7 @@ func checkConntrack(p *Plan, h *host, in Input) {
 			if m, ok := optional(px.Conntrack.Min); ok {
 				v, set = "unset, with --conntrack-min="+m, m != "0"
 			}
-			if a, ok := flagOf(px.Args, "conntrack-min"); ok {
+			if a, ok := cmdline.Value(px.Args, "conntrack-min"); ok {
 				v, set = "unset, with --conntrack-min="+a, !isZero(a)
 			}
 		}
@@ -124,8 +125,8 @@ func isZero(v any) bool {
 // proxyFileConntrack is the conntrack section of kube-proxy's own
 // configuration file; nil when it has none or cannot be read (kube-proxy
 // then says why itself).
-func proxyFileConntrack(h *host, file string) map[string]any {
-	b, err := os.ReadFile(h.path(file))
+func proxyFileConntrack(ct *container, file string) map[string]any {
+	b, err := os.ReadFile(ct.path(file))
 	if err != nil {
 		return nil
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // xtables is what the kernel holds of iptables rules in this network
@@ -330,10 +330,10 @@ const iptablesDir = "/run"
 
 // multiBinary is xtables-<backend>-multi in the container's /usr/sbin or
 // /sbin, as the container sees it; empty when it has none.
-func (h *host) multiBinary(backend string) string {
+func (ct *container) multiBinary(backend string) string {
 	for _, dir := range []string{"/usr/sbin", "/sbin"} {
 		p := filepath.Join(dir, "xtables-"+backend+"-multi")
-		if fi, err := os.Stat(h.path(p)); err == nil && fi.Mode().IsRegular() {
+		if linux.IsRegular(ct.path(p)) {
 			return p
 		}
 	}
@@ -344,7 +344,7 @@ func (h *host) multiBinary(backend string) string {
 // namespace's rules are in first in the children's PATH: commands of the
 // other backend make rules the host's firewall and Services silently
 // disagree with. An operator's --iptables-backend is taken as it is.
-func checkIPTables(p *Plan, h *host, in Input) {
+func checkIPTables(p *Plan, ct *container, in Input) {
 	if !isKubelet(in) && !isKubeProxy(in) {
 		return
 	}
@@ -355,19 +355,19 @@ func checkIPTables(p *Plan, h *host, in Input) {
 	case config.IPTablesAuto:
 		// A namespace of an outer user namespace cannot be read or
 		// programmed from here at all; checkConntrack says so.
-		if in.Config.ContainerChecks.Skips(config.CheckIPTables) || h.foreignNetns {
+		if in.Config.ContainerChecks.Skips(config.CheckIPTables) || ct.foreignNetns {
 			return
 		}
-		if h.multiBinary(config.IPTablesLegacy) == "" || h.multiBinary(config.IPTablesNFT) == "" {
+		if ct.multiBinary(config.IPTablesLegacy) == "" || ct.multiBinary(config.IPTablesNFT) == "" {
 			return // one backend or none: nothing to choose
 		}
-		backend, why = chooseBackend(probeXtables(kernelXtables{h}))
+		backend, why = chooseBackend(probeXtables(kernelXtables{ct}))
 		if backend == "" {
 			p.warn("Cannot tell which iptables backend this network namespace uses: %s; the image's default iptables stays (--iptables-backend names one)", why)
 			return
 		}
 	}
-	bin := h.multiBinary(backend)
+	bin := ct.multiBinary(backend)
 	if bin == "" {
 		p.warn("--iptables-backend=%s, but the container has no xtables-%s-multi in /usr/sbin or /sbin: the image's default iptables stays", backend, backend)
 		return

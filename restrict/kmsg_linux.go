@@ -46,9 +46,9 @@ func (p *Plan) bindStandIn(m mount) error {
 	// The kmsg adjustment stays one line: it says what was detached.
 	for _, d := range b.Detached {
 		for i, a := range p.Adjustments {
-			if a.Check == config.CheckKmsg {
-				p.Adjustments[i].What += "; detached the shared mount at " + d.Mountpoint + " (" + d.PeerGroup + ") from its peers first and shared it again in a peer group of its own"
-				p.Adjustments[i].Reason += "; a mount on a shared mount propagates to its peers, which may be the host's"
+			if a.Value("check") == config.CheckKmsg {
+				p.Adjustments[i] = a.With("change", fmt.Sprint(a.Value("change"), "; detached the shared mount at ", d.Mountpoint, " (", d.PeerGroup, ") from its peers first and shared it again in a peer group of its own")).
+					With("reason", fmt.Sprint(a.Value("reason"), "; a mount on a shared mount propagates to its peers, which may be the host's"))
 			}
 		}
 	}

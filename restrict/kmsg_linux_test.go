@@ -1,6 +1,7 @@
 package restrict
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/internal/adjustment"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
@@ -17,7 +19,7 @@ import (
 // namespace whose /dev is a tmpfs of the test's, with /dev/null. dev sets
 // /dev up first; check looks afterwards, in the same namespace. The thread
 // is thrown away.
-func standIn(t *testing.T, missing bool, dev, check func() error) (adjusted []Adjustment, applyErr error) {
+func standIn(t *testing.T, missing bool, dev, check func() error) (adjusted []adjustment.Line, applyErr error) {
 	t.Helper()
 	err := testenv.InPrivateMountNamespace(t, func() error {
 		if err := unix.Mount("tmpfs", "/dev", "tmpfs", 0, "mode=755"); err != nil {
@@ -84,7 +86,7 @@ func TestKmsgStandInOnASharedDevReachesNoPeer(t *testing.T) {
 	if err != nil || seen != "char 1:3" {
 		t.Errorf("/dev/kmsg is %s (Apply: %v); want /dev/null, char 1:3", seen, err)
 	}
-	if len(adjusted) != 1 || !strings.Contains(adjusted[0].What, "detached the shared mount at /dev (shared:") {
+	if len(adjusted) != 1 || !strings.Contains(fmt.Sprint(adjusted[0].Value("change")), "detached the shared mount at /dev (shared:") {
 		t.Errorf("the adjustments %+v; want one, saying /dev was detached from its peers", adjusted)
 	}
 	if peerSeen == "char 1:3" {

@@ -17,29 +17,25 @@ package restrict
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/internal/adjustment"
 	"github.com/nodeinit/nodeinit/node"
 )
 
-// Adjustment is one change nodeinit makes for its container, and why.
-type Adjustment struct {
-	Check  string // the config.Check* it comes from
-	What   string // what changes: a flag, a mount
-	Reason string
-}
-
-func (a Adjustment) String() string { return a.What + ": " + a.Reason }
+// adjusted is the message of every adjustment's line; its pairs are the
+// check it comes from (a config.Check*), the change (a flag, a mount) and
+// the reason.
+const adjusted = "Adjusted the node to its container"
 
 // Plan is what Inspect decided.
 type Plan struct {
 	// KubeletArgs and ProxyArgs are flags added to the executor's and the
 	// proxy's command lines.
 	KubeletArgs, ProxyArgs []string
-	// Adjustments are every change, each logged once.
-	Adjustments []Adjustment
+	// Adjustments are every change, each logged once: the check it
+	// comes from, the change and its reason.
+	Adjustments []adjustment.Line
 	// Warnings are what nodeinit cannot or may not fix, one line each.
 	Warnings []string
 	// Refusal, when set, is the one line why the node cannot run in this
@@ -84,7 +80,8 @@ type Input struct {
 }
 
 func (p *Plan) adjust(check, what, format string, args ...any) {
-	p.Adjustments = append(p.Adjustments, Adjustment{Check: check, What: what, Reason: fmt.Sprintf(format, args...)})
+	p.Adjustments = append(p.Adjustments, adjustment.Line{Msg: adjusted,
+		KV: []any{"check", check, "change", what, "reason", fmt.Sprintf(format, args...)}})
 }
 
 func (p *Plan) warn(format string, args ...any) {
@@ -102,9 +99,9 @@ func (p *Plan) refuse(format string, args ...any) {
 // the checks the configuration skips.
 func Inspect(in Input) Plan {
 	var p Plan
-	h := readHost(in.Root)
+	ct := readContainer(in.Root)
 	skip := in.Config.ContainerChecks.Skips
-	checks := map[string]func(*Plan, *host, Input){
+	checks := map[string]func(*Plan, *container, Input){
 		config.CheckCgroupfs:      checkCgroupfs,
 		config.CheckUserNamespace: checkUserNamespace,
 		config.CheckNofile:        checkNofile,
@@ -120,21 +117,22 @@ func Inspect(in Input) Plan {
 		// An iptables backend the operator names applies whatever is
 		// skipped; auto is a check like the others.
 		if !skip(name) || name == config.CheckIPTables {
-			checks[name](&p, h, in)
+			checks[name](&p, ct, in)
 		}
 	}
 	// Not a check to skip: it changes nothing, it only says what the
 	// kubelet will do.
-	warnCgroupV1(&p, h, in)
+	warnCgroupV1(&p, ct, in)
 	return p
 }
 
-// Describe is the plan for --write-flags' stderr: every adjustment and
-// what a run would refuse, one line each.
+// Describe is the plan for --write-flags' stderr: every adjustment as a
+// start logs it, every warning, and what a start would refuse, one line
+// each.
 func (p Plan) Describe() []string {
 	var out []string
 	for _, a := range p.Adjustments {
-		out = append(out, "adjustment ("+a.Check+"): "+a.String())
+		out = append(out, a.String())
 	}
 	for _, w := range p.Warnings {
 		out = append(out, "warning: "+w)
@@ -143,48 +141,4 @@ func (p Plan) Describe() []string {
 		out = append(out, "would refuse to start: "+p.Refusal)
 	}
 	return out
-}
-
-// flagOf finds the last value of a flag in args (--name=value or --name
-// value, one dash or two), stopping at "--".
-func flagOf(args []string, name string) (string, bool) {
-	value, set := "", false
-	for i := 0; i < len(args) && args[i] != "--"; i++ {
-		a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
-		if !strings.HasPrefix(args[i], "-") {
-			continue
-		}
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			value, set = v, true
-		} else if a == name {
-			set = true
-			if i+1 < len(args) {
-				i++
-				value = args[i]
-			}
-		}
-	}
-	return value, set
-}
-
-// boolFlagOf finds the last value of a boolean flag in args, as pflag reads
-// it: --name (true) or --name=VALUE, one dash or two, stopping at "--"; a
-// bare --name never takes the next argument. err is a value pflag refuses.
-func boolFlagOf(args []string, name string) (value, set bool, err error) {
-	for i := 0; i < len(args) && args[i] != "--"; i++ {
-		if !strings.HasPrefix(args[i], "-") {
-			continue
-		}
-		a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			b, perr := strconv.ParseBool(v)
-			if perr != nil {
-				return false, true, fmt.Errorf("--%s=%s: not a boolean", name, v)
-			}
-			value, set = b, true
-		} else if a == name {
-			value, set = true, true
-		}
-	}
-	return value, set, nil
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/nodeinit/nodeinit/node"
 )
 
-// container is a fake root: files by path, and the paths no one may write
+// fakeRoot is a container as files: files by path, and the paths no one may write
 // (a sysctl outside its namespace shows as 0444).
-type container struct {
+type fakeRoot struct {
 	files    map[string]string
 	readOnly []string
 	// links are symbolic links by path: proc/self/ns/cgroup names the
@@ -27,8 +27,8 @@ type container struct {
 // hostLike is a container that restricts nothing: the host's user and
 // network namespace, every device, no swap, real nameservers, a writable
 // cgroup v2 with the controllers delegated, generous limits.
-func hostLike() container {
-	return container{files: map[string]string{
+func hostLike() fakeRoot {
+	return fakeRoot{files: map[string]string{
 		"proc/self/uid_map": "         0          0 4294967295\n",
 		"proc/self/status":  "Name:\tnodeinit\nCapEff:\t000001ffffffffff\n",
 		"proc/self/limits":  "Limit                     Soft Limit           Hard Limit           Units\nMax open files            1048576              1048576              files\n",
@@ -47,7 +47,7 @@ func hostLike() container {
 	}, links: map[string]string{"proc/self/ns/cgroup": "cgroup:[4026532179]"}}
 }
 
-func (c container) write(t *testing.T) string {
+func (c fakeRoot) write(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
 	for p, data := range c.files {
@@ -87,7 +87,7 @@ func TestInspect(t *testing.T) {
 	no := false
 	tests := []struct {
 		name      string
-		container func(*container)
+		container func(*fakeRoot)
 		config    func(*config.Config)
 		kubelet   node.KubeletConfig
 		version   node.KubeletVersion
@@ -102,42 +102,42 @@ func TestInspect(t *testing.T) {
 		{name: "a container that restricts nothing: no change"},
 		{
 			name:      "a network namespace: nf_conntrack_max read-only, kube-proxy gets 0 for it",
-			container: func(c *container) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
+			container: func(c *fakeRoot) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
 			proxyArgs: []string{"--conntrack-max-per-core=0"},
 			adjusted:  []string{"conntrack"},
 		},
 		{
 			name:      "no nf_conntrack at all: kube-proxy gets 0 for each",
-			container: func(c *container) { removePrefix(c, "proc/sys/net/netfilter/") },
+			container: func(c *fakeRoot) { removePrefix(c, "proc/sys/net/netfilter/") },
 			proxyArgs: []string{"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0s", "--conntrack-tcp-timeout-close-wait=0s"},
 			adjusted:  []string{"conntrack", "conntrack", "conntrack"},
 		},
 		{
 			name:      "the operator's conntrack setting is kept, with one warning",
-			container: func(c *container) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
+			container: func(c *fakeRoot) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
 			config:    func(c *config.Config) { c.Proxy.Conntrack.MaxPerCore = i32(32768) },
 			warnings:  []string{"--conntrack-max-per-core is 32768 (the operator's setting, kept)", "set it to 0"},
 		},
 		{
 			name:      "the operator's 0 needs nothing",
-			container: func(c *container) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
+			container: func(c *fakeRoot) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
 			config:    func(c *config.Config) { c.Proxy.Conntrack.MaxPerCore = i32(0) },
 		},
 		{
 			name:      "a conntrack flag in proxy.args is the operator's too",
-			container: func(c *container) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
+			container: func(c *fakeRoot) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
 			config:    func(c *config.Config) { c.Proxy.Args = []string{"--conntrack-max-per-core", "10"} },
 			warnings:  []string{"--conntrack-max-per-core is 10"},
 		},
 		{
 			name:      "a conntrack floor alone is the operator's wish for a limit",
-			container: func(c *container) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
+			container: func(c *fakeRoot) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
 			config:    func(c *config.Config) { c.Proxy.Conntrack.Min = i32(131072) },
 			warnings:  []string{"--conntrack-min=131072"},
 		},
 		{
 			name: "kube-proxy's own file without conntrack: a warning naming the field, no flag it would ignore",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max")
 				c.files["etc/kube-proxy.yaml"] = "kind: KubeProxyConfiguration\nconntrack: {tcpEstablishedTimeout: 0s}\n"
 			},
@@ -146,7 +146,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name: "kube-proxy's own file with maxPerCore 0: nothing",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max")
 				c.files["etc/kube-proxy.yaml"] = "kind: KubeProxyConfiguration\nconntrack: {maxPerCore: 0}\n"
 			},
@@ -154,62 +154,62 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name:      "not kube-proxy: its flags are not known, nothing is passed",
-			container: func(c *container) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
+			container: func(c *fakeRoot) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
 			config:    func(c *config.Config) { c.Proxy.Path = "/bin/task" },
 		},
 		{
 			name:      "the conntrack check skipped",
-			container: func(c *container) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
+			container: func(c *fakeRoot) { c.readOnly = append(c.readOnly, "proc/sys/net/netfilter/nf_conntrack_max") },
 			config:    func(c *config.Config) { c.ContainerChecks.Skip = []string{"conntrack"} },
 		},
 		{
 			name:      "no /dev/kmsg: /dev/null over it, with a warning that OOM events are not seen",
-			container: func(c *container) { delete(c.files, "dev/kmsg") },
+			container: func(c *fakeRoot) { delete(c.files, "dev/kmsg") },
 			adjusted:  []string{"kmsg"},
 			warnings:  []string{"The kubelet sees no kernel OOM events"},
 			mounts:    []string{"/dev/null over /dev/kmsg (created)"},
 		},
 		{
 			name:      "no /dev/kmsg and not a kubelet: nothing",
-			container: func(c *container) { delete(c.files, "dev/kmsg") },
+			container: func(c *fakeRoot) { delete(c.files, "dev/kmsg") },
 			config:    func(c *config.Config) { c.Executor.Path = "/bin/task" },
 		},
 		{
 			name:      "no /dev/kmsg, skipped",
-			container: func(c *container) { delete(c.files, "dev/kmsg") },
+			container: func(c *fakeRoot) { delete(c.files, "dev/kmsg") },
 			config:    func(c *config.Config) { c.ContainerChecks.Skip = []string{"all"} },
 		},
 		{
 			name:      "swap on, failSwapOn unset: refused naming the setting",
-			container: func(c *container) { c.files["proc/swaps"] += "/swapfile file 1048572 0 -2\n" },
+			container: func(c *fakeRoot) { c.files["proc/swaps"] += "/swapfile file 1048572 0 -2\n" },
 			refusal:   "Swap is on (/swapfile) and failSwapOn is unset (the kubelet's default is true), so the kubelet would exit: set failSwapOn: false",
 		},
 		{
 			name:      "swap on, failSwapOn true in the file: refused naming the file",
-			container: func(c *container) { c.files["proc/swaps"] += "/dev/sdb2 partition 1048572 0 -2\n" },
+			container: func(c *fakeRoot) { c.files["proc/swaps"] += "/dev/sdb2 partition 1048572 0 -2\n" },
 			kubelet:   node.KubeletConfig{File: "/etc/kubelet.yaml", Files: []string{"/etc/kubelet.yaml"}, FailSwapOn: new(true)},
 			refusal:   "failSwapOn is true in /etc/kubelet.yaml",
 		},
 		{
 			name:      "swap on, failSwapOn false: runs",
-			container: func(c *container) { c.files["proc/swaps"] += "/swapfile file 1048572 0 -2\n" },
+			container: func(c *fakeRoot) { c.files["proc/swaps"] += "/swapfile file 1048572 0 -2\n" },
 			kubelet:   node.KubeletConfig{File: "/etc/kubelet.yaml", FailSwapOn: &no},
 		},
 		{
 			name:      "swap on, --fail-swap-on=false: runs",
-			container: func(c *container) { c.files["proc/swaps"] += "/swapfile file 1048572 0 -2\n" },
+			container: func(c *fakeRoot) { c.files["proc/swaps"] += "/swapfile file 1048572 0 -2\n" },
 			config:    func(c *config.Config) { c.Executor.Args = []string{"--fail-swap-on=false"} },
 		},
 		{
 			name: "low inotify limits: a warning with the sysctl to set",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				c.files["proc/sys/fs/inotify/max_user_instances"] = "128\n"
 			},
 			warnings: []string{"fs.inotify.max_user_instances is 128, below the 512", "sysctl -w fs.inotify.max_user_instances=512"},
 		},
 		{
 			name: "low inotify limits, raising allowed",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				c.files["proc/sys/fs/inotify/max_user_instances"] = "128\n"
 				c.files["proc/sys/fs/inotify/max_user_watches"] = "8192\n"
 			},
@@ -218,7 +218,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name: "loopback nameservers with systemd-resolved's upstream file: the kubelet gets that file",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				c.files["etc/resolv.conf"] = "nameserver 127.0.0.53\noptions edns0\n"
 				c.files["run/systemd/resolve/resolv.conf"] = "nameserver 192.0.2.53\n"
 			},
@@ -227,12 +227,12 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name:      "loopback nameservers only: a warning",
-			container: func(c *container) { c.files["etc/resolv.conf"] = "nameserver 127.0.0.1\nnameserver ::1\n" },
+			container: func(c *fakeRoot) { c.files["etc/resolv.conf"] = "nameserver 127.0.0.1\nnameserver ::1\n" },
 			warnings:  []string{"only loopback nameservers (127.0.0.1 ::1)"},
 		},
 		{
 			name: "loopback nameservers, the kubelet's own resolvConf: kept",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				c.files["etc/resolv.conf"] = "nameserver 127.0.0.53\n"
 				c.files["run/systemd/resolve/resolv.conf"] = "nameserver 192.0.2.53\n"
 			},
@@ -240,7 +240,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name: "a read-only cgroupfs of a cgroup namespace of its own, with CAP_SYS_ADMIN: remounted read-write, keeping its flags",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				c.files["proc/self/mountinfo"] = strings.Replace(c.files["proc/self/mountinfo"], "rw,nosuid,nodev,noexec,relatime - cgroup2", "ro,nosuid,nodev,noexec,relatime - cgroup2", 1)
 			},
 			adjusted: []string{"cgroupfs"},
@@ -248,7 +248,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name: "a read-only cgroupfs of the host's whole tree (--cgroupns=host on v2): refused, not remounted",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				readOnlyCgroupfs(c)
 				c.links["proc/self/ns/cgroup"] = "cgroup:[4026531835]"
 				c.files["proc/self/cgroup"] = "0::/machine.slice/libpod-1234.scope/container\n"
@@ -259,7 +259,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name: "a read-only cgroupfs, no cgroup namespaces in the kernel: the host's, refused",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				readOnlyCgroupfs(c)
 				delete(c.links, "proc/self/ns/cgroup")
 			},
@@ -267,7 +267,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name: "v1: a read-only bind of the container's own cgroup (docker without a cgroup namespace): remounted",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				c.links["proc/self/ns/cgroup"] = "cgroup:[4026531835]"
 				c.files["proc/self/mountinfo"] = "1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n" +
 					"2 1 0:31 /docker/abc /sys/fs/cgroup/memory ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory\n" +
@@ -279,7 +279,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name: "v1: a read-only mount of another cgroup than nodeinit's: refused",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				c.links["proc/self/ns/cgroup"] = "cgroup:[4026531835]"
 				c.files["proc/self/mountinfo"] = "1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n" +
 					"2 1 0:31 /docker/abc /sys/fs/cgroup/memory ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory\n"
@@ -289,7 +289,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name: "a cgroup namespace of its own, the mount's root outside it: refused",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				c.files["proc/self/mountinfo"] = "1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n" +
 					"2 1 0:30 /../.. /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw\n"
 			},
@@ -297,7 +297,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name: "a read-only cgroupfs without CAP_SYS_ADMIN: one line",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				c.files["proc/self/mountinfo"] = strings.Replace(c.files["proc/self/mountinfo"], "rw,nosuid,nodev,noexec,relatime - cgroup2", "ro,nosuid,nodev,noexec,relatime - cgroup2", 1)
 				c.files["proc/self/status"] = "CapEff:\t0000000000000000\n"
 			},
@@ -332,7 +332,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name: "a user namespace without the pids controller delegated: refused naming it",
-			container: func(c *container) {
+			container: func(c *fakeRoot) {
 				userNamespace(c)
 				c.files["sys/fs/cgroup/cgroup.controllers"] = "cpu memory\n"
 			},
@@ -350,7 +350,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name:      "a user namespace, a v1.37 kubelet, the user-namespace check skipped: the default gate still covers /dev/kmsg",
-			container: func(c *container) { userNamespace(c); delete(c.files, "dev/kmsg") },
+			container: func(c *fakeRoot) { userNamespace(c); delete(c.files, "dev/kmsg") },
 			version:   v137,
 			config:    func(c *config.Config) { c.ContainerChecks.Skip = []string{"conntrack", "nofile", "user-namespace"} },
 		},
@@ -395,7 +395,7 @@ func TestInspect(t *testing.T) {
 		},
 		{
 			name:        "a user namespace with no /dev/kmsg: the gate covers it, no mount",
-			container:   func(c *container) { userNamespace(c); delete(c.files, "dev/kmsg") },
+			container:   func(c *fakeRoot) { userNamespace(c); delete(c.files, "dev/kmsg") },
 			config:      func(c *config.Config) { c.ContainerChecks.Skip = []string{"conntrack", "nofile"} },
 			kubeletArgs: []string{"--feature-gates=KubeletInUserNamespace=true"},
 			adjusted:    []string{"user-namespace"},
@@ -417,8 +417,8 @@ func TestInspect(t *testing.T) {
 			}
 			var adjusted []string
 			for _, a := range p.Adjustments {
-				adjusted = append(adjusted, a.Check)
-				if a.What == "" || a.Reason == "" {
+				adjusted = append(adjusted, fmt.Sprint(a.Value("check")))
+				if a.Value("change") == "" || a.Value("reason") == "" {
 					t.Errorf("adjustment %+v does not say what and why", a)
 				}
 			}
@@ -455,7 +455,7 @@ var v137 = node.KubeletVersion{Major: 1, Minor: 37, Patch: 2, From: "its depende
 
 // cgroupV1 makes c a hybrid cgroup v1 host: v1 hierarchies at
 // /sys/fs/cgroup/*, cgroup2 at /sys/fs/cgroup/unified.
-func cgroupV1(c *container) {
+func cgroupV1(c *fakeRoot) {
 	c.files["proc/self/mountinfo"] = "1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n" +
 		"2 1 0:25 / /sys/fs/cgroup rw,nosuid,nodev,noexec - tmpfs tmpfs ro,mode=755\n" +
 		"3 2 0:26 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw\n" +
@@ -464,14 +464,14 @@ func cgroupV1(c *container) {
 }
 
 // readOnlyCgroupfs makes c's cgroup2 mount read-only.
-func readOnlyCgroupfs(c *container) {
+func readOnlyCgroupfs(c *fakeRoot) {
 	c.files["proc/self/mountinfo"] = strings.Replace(c.files["proc/self/mountinfo"], "rw,nosuid,nodev,noexec,relatime - cgroup2", "ro,nosuid,nodev,noexec,relatime - cgroup2", 1)
 }
 
 // userNamespace makes c a rootless container: uid_map of one uid, a
 // network namespace another user namespace owns (no sysctl writable), a
 // low open-file limit.
-func userNamespace(c *container) {
+func userNamespace(c *fakeRoot) {
 	c.files["proc/self/uid_map"] = "0 1000 1\n"
 	c.files["proc/self/limits"] = "Max open files            1024                 524288               files\n"
 	for p := range c.files {
@@ -481,7 +481,7 @@ func userNamespace(c *container) {
 	}
 }
 
-func removePrefix(c *container, prefix string) {
+func removePrefix(c *fakeRoot, prefix string) {
 	for p := range c.files {
 		if strings.HasPrefix(p, prefix) {
 			delete(c.files, p)

@@ -19,29 +19,23 @@ import (
 // sets it), and a refusal when the cgroups the kubelet needs are not delegated.
 // kube-proxy's sysctls are checkConntrack's: they follow from which of
 // them this process may write.
-func checkUserNamespace(p *Plan, h *host, in Input) {
-	if !h.userNS || !isKubelet(in) {
+func checkUserNamespace(p *Plan, ct *container, in Input) {
+	if !ct.userNS || !isKubelet(in) {
 		return
 	}
-	switch v, where := featureGate(in, userNamespaceGate); {
+	switch v, where := node.FeatureGate(in.Config.Executor.Args, in.Kubelet, userNamespaceGate); {
 	case where == "" && node.UserNamespaceGateOnByDefault(in.KubeletVersion):
 		// The kubelet has it on by itself: nothing to add.
 	case where == "":
 		p.KubeletArgs = append(p.KubeletArgs, "--feature-gates="+userNamespaceGate+"=true")
 		p.adjust(config.CheckUserNamespace, "--feature-gates="+userNamespaceGate+"=true for the kubelet",
 			"nodeinit runs in a user namespace (uid_map %q), where the kubelet cannot open /dev/kmsg or write the kernel's tunables and exits without this gate; "+
-				"the kubelet merges it with the feature gates of its command line and configuration", h.uidMap)
+				"the kubelet merges it with the feature gates of its command line and configuration", ct.uidMap)
 	case !v:
 		p.warn("nodeinit runs in a user namespace (uid_map %q) and %s sets %s=false: the kubelet will exit on /dev/kmsg or the kernel's tunables; set it to true",
-			h.uidMap, where, userNamespaceGate)
+			ct.uidMap, where, userNamespaceGate)
 	}
-	checkDelegation(p, h)
-}
-
-// featureGate is the value the kubelet takes for gate, and where it is
-// set (node.FeatureGate).
-func featureGate(in Input, gate string) (value bool, where string) {
-	return node.FeatureGate(in.Config.Executor.Args, in.Kubelet, gate)
+	checkDelegation(p, ct)
 }
 
 // The controllers the kubelet needs in a user namespace, delegated to the
@@ -50,8 +44,8 @@ var delegated = []string{"cpu", "memory", "pids"}
 
 // checkDelegation refuses a user namespace whose cgroup lacks a controller
 // the kubelet needs, or that this process may not write.
-func checkDelegation(p *Plan, h *host) {
-	l, err := cgroups.ReadLayout(h.root)
+func checkDelegation(p *Plan, ct *container) {
+	l, err := cgroups.ReadLayout(ct.root)
 	if err != nil {
 		p.refuse("In a user namespace the kubelet needs the cgroups of the container: %v", err)
 		return
@@ -61,15 +55,15 @@ func checkDelegation(p *Plan, h *host) {
 		var dir string
 		for _, hier := range l.Hierarchies {
 			if hier.Unified && l.Mode() == cgroups.V2 {
-				ctrls, _ := os.ReadFile(filepath.Join(must(hier.Dir(h.root, hier.Current)), "cgroup.controllers"))
+				ctrls, _ := os.ReadFile(filepath.Join(reachedDir(hier.Dir(ct.root, hier.Current)), "cgroup.controllers"))
 				if slices.Contains(strings.Fields(string(ctrls)), c) {
-					dir = must(hier.Dir(h.root, hier.Current))
+					dir = reachedDir(hier.Dir(ct.root, hier.Current))
 				}
 			} else if slices.Contains(hier.Controllers, c) {
-				dir = must(hier.Dir(h.root, hier.Current))
+				dir = reachedDir(hier.Dir(ct.root, hier.Current))
 			}
 		}
-		switch rel, _ := filepath.Rel(h.root, dir); {
+		switch rel, _ := filepath.Rel(ct.root, dir); {
 		case dir == "":
 			missing = append(missing, c)
 		case unix.Access(dir, unix.W_OK) != nil:
@@ -90,9 +84,9 @@ func checkDelegation(p *Plan, h *host) {
 	}
 }
 
-// must is the directory of Hierarchy.Dir, empty when the mount does not
-// reach it.
-func must(dir string, ok bool) string {
+// reachedDir is the directory of Hierarchy.Dir, empty when the mount does
+// not reach it.
+func reachedDir(dir string, ok bool) string {
 	if !ok {
 		return ""
 	}
@@ -105,10 +99,10 @@ const nofileNeed = 64000
 
 // checkNofile warns about a low RLIMIT_NOFILE in a user namespace, where
 // the container's user cannot raise it for the kubelet and the pods.
-func checkNofile(p *Plan, h *host, in Input) {
-	if !h.userNS || h.nofile == 0 || h.nofile >= nofileNeed {
+func checkNofile(p *Plan, ct *container, in Input) {
+	if !ct.userNS || ct.nofile == 0 || ct.nofile >= nofileNeed {
 		return
 	}
 	p.warn("RLIMIT_NOFILE is %d, below the %d a node in a user namespace needs: raise it for the container (podman --ulimit nofile=%d:%d, or the user's limits.conf)",
-		h.nofile, nofileNeed, nofileNeed*2, nofileNeed*2)
+		ct.nofile, nofileNeed, nofileNeed*2, nofileNeed*2)
 }

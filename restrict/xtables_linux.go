@@ -21,7 +21,7 @@ import (
 // nftables ones through netlink (the tables in use of each legacy family
 // from the /proc below the host's root). Running iptables-save would fork
 // before the first child, and nothing but the reaper may wait for a child.
-type kernelXtables struct{ h *host }
+type kernelXtables struct{ ct *container }
 
 // legacyTableNames reads a /proc list of the thread's own network
 // namespace; a missing one (ip_tables not loaded) is empty.
@@ -30,7 +30,7 @@ func (k kernelXtables) legacyTableNames(family int) ([]string, error) {
 	if family == unix.AF_INET6 {
 		name = "proc/thread-self/net/ip6_tables_names"
 	}
-	b, err := os.ReadFile(k.h.path(name))
+	b, err := os.ReadFile(k.ct.path(name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -71,7 +71,7 @@ func TestProbeReadsWhatIptablesWrote(t *testing.T) {
 				return
 			}
 		}
-		r := result{x: probeXtables(kernelXtables{&host{root: "/"}})}
+		r := result{x: probeXtables(kernelXtables{&container{root: "/"}})}
 		out.Reset()
 		if r.err = run("iptables-legacy-save"); r.err == nil {
 			r.err = run("ip6tables-legacy-save")

@@ -99,7 +99,7 @@ func nodeIdentity(cfg *config.Config) {
 		klog.Warning(sentence(err))
 	}
 	for _, a := range done {
-		klog.InfoSDepth(1, a.Msg, a.KV...)
+		a.Log()
 	}
 }
 
@@ -326,7 +326,9 @@ func (s *start) cgroup() int {
 func (s *start) sizing() int {
 	if s.cfg.Executor.SizeNodeToContainer {
 		s.ct.Sizing = node.SizeToContainer(s.cfg.Executor.Args, s.kubelet, s.cg.Limits, s.cg.LimitsRoot, s.cg.LimitsErr)
-		s.ct.Sizing.Log()
+		for _, n := range s.ct.Sizing.Notes {
+			n.Log()
+		}
 	}
 	return 0
 }
@@ -408,7 +410,7 @@ func adjustForContainer(cfg *config.Config, kubelet node.KubeletConfig, version 
 		return &plan, false
 	}
 	for _, a := range plan.Adjustments {
-		klog.InfoS("Adjusted the node to its container", "check", a.Check, "change", a.What, "reason", a.Reason)
+		a.Log()
 	}
 	return &plan, true
 }

@@ -93,3 +93,18 @@ func fileType(mode uint32) string {
 	}
 	return fmt.Sprintf("file type %#o", mode&unix.S_IFMT)
 }
+
+// Exists says whether path names a file of any kind, a symbolic link
+// followed: a link to nothing is no file.
+func Exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// IsRegular says whether path names a regular file, a symbolic link
+// followed: a program to run or a configuration file to read, not a
+// directory, a device or a FIFO there.
+func IsRegular(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}

@@ -85,3 +85,46 @@ func TestReadRegularFileRefusesAFileOverItsLimit(t *testing.T) {
 		t.Fatalf("a missing file: err = %v; want os.ErrNotExist", err)
 	}
 }
+
+// Exists and IsRegular follow a link; a link to nothing is no file, a
+// FIFO or a directory exists but is not regular.
+func TestExistsAndIsRegularFollowLinks(t *testing.T) {
+	dir := t.TempDir()
+	file, fifo := filepath.Join(dir, "file"), filepath.Join(dir, "fifo")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, to := range map[string]string{"link": "file", "dangling": "nothing", "linkToDir": "."} {
+		if err := os.Symlink(to, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		path            string
+		exists, regular bool
+	}{
+		{"file", true, true},
+		{"link", true, true},
+		{"dangling", false, false},
+		{"missing", false, false},
+		{"fifo", true, false},
+		{"linkToDir", true, false},
+		{".", true, false},
+	} {
+		p := filepath.Join(dir, tc.path)
+		if got := Exists(p); got != tc.exists {
+			t.Errorf("Exists(%s) = %t; want %t", tc.path, got, tc.exists)
+		}
+		if got := IsRegular(p); got != tc.regular {
+			t.Errorf("IsRegular(%s) = %t; want %t", tc.path, got, tc.regular)
+		}
+	}
+	// The files the kubelet's machine reading looks for: sysfs's are
+	// regular files.
+	if !IsRegular("/sys/devices/system/cpu/cpu0/topology/core_id") || !Exists("/proc/self/status") {
+		t.Error("cpu0's topology/core_id is no regular file, or /proc/self/status is missing")
+	}
+}

@@ -356,7 +356,7 @@ func TestWriteFlagsShowsTheAdjustments(t *testing.T) {
 	if len(lines) != 2 || !strings.HasSuffix(lines[1], " --conntrack-max-per-core=0") {
 		t.Errorf("--write-flags printed %q; want the kubelet's line and kube-proxy's with --conntrack-max-per-core=0", lines)
 	}
-	if !strings.Contains(stderr.String(), "nodeinit: adjustment (conntrack): --conntrack-max-per-core=0 for kube-proxy: /proc/sys/net/netfilter/nf_conntrack_max is read-only") {
+	if !strings.Contains(stderr.String(), `nodeinit: Adjusted the node to its container check="conntrack" change="--conntrack-max-per-core=0 for kube-proxy" reason="/proc/sys/net/netfilter/nf_conntrack_max is read-only`) {
 		t.Errorf("stderr does not show the adjustment and its reason:\n%s", stderr.String())
 	}
 }

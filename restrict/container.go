@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,10 +15,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/internal/linux"
+	"github.com/nodeinit/nodeinit/internal/procstatus"
 )
 
-// host is what the checks share of the container below root.
-type host struct {
+// container is what the checks read of the container below root, once:
+// this process's user and network namespaces, capabilities, limits, mounts
+// and cgroups, as its /proc shows them.
+type container struct {
 	root string
 	// userNS: this process's uid_map is not the whole range, so it runs
 	// in a user namespace (uidMap as read, for the log).
@@ -50,45 +54,39 @@ type cgroupLine struct {
 // fullUIDMap is the initial user namespace's uid_map: every uid to itself.
 const fullUIDMap = "0 0 4294967295"
 
-// capSysAdmin is CAP_SYS_ADMIN's bit in /proc/PID/status' CapEff.
-const capSysAdminBit = 21
-
-func readHost(root string) *host {
-	h := &host{root: root}
-	if b, err := os.ReadFile(h.path("proc/self/uid_map")); err == nil {
-		h.uidMap = strings.Join(strings.Fields(string(b)), " ")
-		h.userNS = h.uidMap != fullUIDMap
+// readContainer reads the container below root; what cannot be read stays
+// the zero value.
+func readContainer(root string) *container {
+	ct := &container{root: root}
+	if b, err := os.ReadFile(ct.path("proc/self/uid_map")); err == nil {
+		ct.uidMap = strings.Join(strings.Fields(string(b)), " ")
+		ct.userNS = ct.uidMap != fullUIDMap
 	}
 	// The kernel refuses to name an owner outside this process's user
 	// namespace (EPERM): then it is an ancestor's.
-	switch dev, ino, err := linux.NamespaceOwner(h.path("proc/self/ns/net")); {
+	switch dev, ino, err := linux.NamespaceOwner(ct.path("proc/self/ns/net")); {
 	case errors.Is(err, unix.EPERM):
-		h.foreignNetns = true
+		ct.foreignNetns = true
 	case err == nil:
 		var own unix.Stat_t
-		if unix.Stat(h.path("proc/self/ns/user"), &own) == nil {
-			h.foreignNetns = own.Dev != dev || own.Ino != ino
+		if unix.Stat(ct.path("proc/self/ns/user"), &own) == nil {
+			ct.foreignNetns = own.Dev != dev || own.Ino != ino
 		}
 	}
-	if b, err := os.ReadFile(h.path("proc/self/status")); err == nil {
-		for l := range strings.SplitSeq(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
-				caps, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-				h.capSysAdmin = caps&(1<<capSysAdminBit) != 0
-			}
-		}
+	if st, err := procstatus.Read(ct.path("proc/self/status")); err == nil {
+		ct.capSysAdmin, _ = st.Effective(unix.CAP_SYS_ADMIN)
 	}
-	if b, err := os.ReadFile(h.path("proc/self/limits")); err == nil {
+	if b, err := os.ReadFile(ct.path("proc/self/limits")); err == nil {
 		for l := range strings.SplitSeq(string(b), "\n") {
 			if rest, ok := strings.CutPrefix(l, "Max open files"); ok {
 				if f := strings.Fields(rest); len(f) > 0 {
-					h.nofile, _ = strconv.ParseUint(f[0], 10, 64)
+					ct.nofile, _ = strconv.ParseUint(f[0], 10, 64)
 				}
 			}
 		}
 	}
-	h.cgroupNS, _ = os.Readlink(h.path("proc/self/ns/cgroup"))
-	if b, err := os.ReadFile(h.path("proc/self/cgroup")); err == nil {
+	ct.cgroupNS, _ = os.Readlink(ct.path("proc/self/ns/cgroup"))
+	if b, err := os.ReadFile(ct.path("proc/self/cgroup")); err == nil {
 		for l := range strings.SplitSeq(string(b), "\n") {
 			if _, rest, ok := strings.Cut(l, ":"); ok {
 				ctrls, path, _ := strings.Cut(rest, ":")
@@ -97,24 +95,24 @@ func readHost(root string) *host {
 					line.controllers = strings.Split(ctrls, ",")
 				}
 				line.path = path
-				h.cgroups = append(h.cgroups, line)
+				ct.cgroups = append(ct.cgroups, line)
 			}
 		}
 	}
-	if f, err := os.Open(h.path("proc/self/mountinfo")); err == nil {
-		h.mounts, _ = mountinfo.GetMountsFromReader(f, nil)
+	if f, err := os.Open(ct.path("proc/self/mountinfo")); err == nil {
+		ct.mounts, _ = mountinfo.GetMountsFromReader(f, nil)
 		f.Close()
 	}
-	return h
+	return ct
 }
 
 // path is p (absolute in the container) below the root.
-func (h *host) path(p string) string { return filepath.Join(h.root, p) }
+func (ct *container) path(p string) string { return filepath.Join(ct.root, p) }
 
 // readInt reads a number from a file such as a sysctl; ok is false when
 // the file is missing or holds no number.
-func (h *host) readInt(p string) (int64, bool) {
-	b, err := os.ReadFile(h.path(p))
+func (ct *container) readInt(p string) (int64, bool) {
+	b, err := os.ReadFile(ct.path(p))
 	if err != nil {
 		return 0, false
 	}
@@ -126,19 +124,23 @@ func (h *host) readInt(p string) (int64, bool) {
 // it is missing, when no one may write it (a sysctl outside the namespace
 // that owns it shows as 0444, also to root), or when access(2) says no (a
 // read-only mount, a sysctl of a namespace another user namespace owns).
-func (h *host) writable(p string) bool {
-	fi, err := os.Stat(h.path(p))
+func (ct *container) writable(p string) bool {
+	fi, err := os.Stat(ct.path(p))
 	if err != nil || fi.Mode().Perm()&0o222 == 0 {
 		return false
 	}
-	return unix.Access(h.path(p), unix.W_OK) == nil
+	return unix.Access(ct.path(p), unix.W_OK) == nil
 }
 
-// mountOf is the mount that holds p (absolute in the container): the last
-// mount whose mount point is p or one of its parents.
-func (h *host) mountOf(p string) *mountinfo.Info {
+// cadvisorMount is the mount the kubelet's cAdvisor takes to hold p
+// (absolute in the container) when it looks for a directory's file system
+// (fs.mountInfoFromDir): the one whose mount point is p or its nearest
+// parent, the last listed of those, links not followed. It predicts the
+// kubelet; where a file really is, nodeinit asks through a descriptor
+// (bindfile.MountOf).
+func (ct *container) cadvisorMount(p string) *mountinfo.Info {
 	var best *mountinfo.Info
-	for _, m := range h.mounts {
+	for _, m := range ct.mounts {
 		mp := m.Mountpoint
 		if p == mp || mp == "/" || strings.HasPrefix(p, strings.TrimSuffix(mp, "/")+"/") {
 			if best == nil || len(mp) >= len(best.Mountpoint) {
@@ -151,8 +153,8 @@ func (h *host) mountOf(p string) *mountinfo.Info {
 
 // nameservers lists the nameserver lines of a resolv.conf; ok is false
 // when the file cannot be read.
-func (h *host) nameservers(p string) (servers []string, ok bool) {
-	b, err := os.ReadFile(h.path(p))
+func (ct *container) nameservers(p string) (servers []string, ok bool) {
+	b, err := os.ReadFile(ct.path(p))
 	if err != nil {
 		return nil, false
 	}
@@ -168,12 +170,7 @@ func (h *host) nameservers(p string) (servers []string, ok bool) {
 
 // hasOption says whether a comma-separated mount option list holds opt.
 func hasOption(list, opt string) bool {
-	for o := range strings.SplitSeq(list, ",") {
-		if o == opt {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(strings.Split(list, ","), opt)
 }
 
 // initialCgroupNS is the host's own cgroup namespace as /proc/PID/ns/cgroup
@@ -188,8 +185,8 @@ const initialCgroupNS = "cgroup:[4026531835]"
 // (a container with --cgroupns=private), or holds the process's cgroup in
 // that hierarchy (a runtime's bind of the container's cgroup, docker's on
 // cgroup v1). why says what it is when it is not.
-func (h *host) ownCgroupMount(m *mountinfo.Info) (own bool, why string) {
-	cg, found := h.cgroupIn(m)
+func (ct *container) ownCgroupMount(m *mountinfo.Info) (own bool, why string) {
+	cg, found := ct.cgroupIn(m)
 	root := m.Root
 	switch {
 	case root == ".." || strings.HasPrefix(root, "/.."):
@@ -198,7 +195,7 @@ func (h *host) ownCgroupMount(m *mountinfo.Info) (own bool, why string) {
 		return false, fmt.Sprintf("nodeinit is in no cgroup of its hierarchy (root %s)", root)
 	case strings.HasPrefix(cg, "/.."):
 		return false, fmt.Sprintf("nodeinit's cgroup %s in it lies outside its cgroup namespace", cg)
-	case root == "/" && (h.cgroupNS == "" || h.cgroupNS == initialCgroupNS):
+	case root == "/" && (ct.cgroupNS == "" || ct.cgroupNS == initialCgroupNS):
 		return false, "is the host's whole cgroup tree (root / in the host's cgroup namespace)"
 	case root == "/", cg == root, strings.HasPrefix(cg, root+"/"):
 		return true, ""
@@ -208,9 +205,9 @@ func (h *host) ownCgroupMount(m *mountinfo.Info) (own bool, why string) {
 
 // cgroupMountRoot says what a cgroup mount of the container's own shows,
 // for the log.
-func (h *host) cgroupMountRoot(m *mountinfo.Info) string {
+func (ct *container) cgroupMountRoot(m *mountinfo.Info) string {
 	if m.Root == "/" {
-		return "root / of the container's cgroup namespace " + h.cgroupNS
+		return "root / of the container's cgroup namespace " + ct.cgroupNS
 	}
 	return "root " + m.Root + ", which holds nodeinit's cgroup"
 }
@@ -218,8 +215,8 @@ func (h *host) cgroupMountRoot(m *mountinfo.Info) string {
 // cgroupIn is this process's cgroup in the hierarchy of the cgroup mount m:
 // the cgroup v2 line for a cgroup2 mount, else the line of the v1
 // hierarchy whose controllers are among the mount's options.
-func (h *host) cgroupIn(m *mountinfo.Info) (string, bool) {
-	for _, l := range h.cgroups {
+func (ct *container) cgroupIn(m *mountinfo.Info) (string, bool) {
+	for _, l := range ct.cgroups {
 		if m.FSType == "cgroup2" {
 			if len(l.controllers) == 0 {
 				return l.path, true
