@@ -49,8 +49,10 @@ func optional(n *int32) (string, bool) {
 // checkConntrack keeps kube-proxy off conntrack sysctls it cannot write.
 // Since Linux 5.12.2 nf_conntrack_max is read-only outside the host's
 // network namespace, and no sysctl of a network namespace is writable
-// from a user namespace that does not own it; kube-proxy v1.34 exits when
-// it cannot write a value it wants. A setting left unset there is passed
+// from a user namespace that does not own it; kube-proxy exits when a
+// write it attempts fails (v1.35 and older write nf_conntrack_max whenever
+// it differs from theirs, v1.37 only when the kernel's is lower; every
+// release writes the TCP timeouts whenever they differ). A setting left unset there is passed
 // as 0 (kube-proxy then leaves the kernel's value alone, as kind and k3s
 // do); one the operator set is left as it is, with a warning.
 func checkConntrack(p *Plan, ct *container, in Input) {
@@ -105,7 +107,7 @@ func checkConntrack(p *Plan, ct *container, in Input) {
 		case !set:
 			p.ProxyArgs = append(p.ProxyArgs, "--"+s.flag+"="+s.zero)
 			p.adjust(config.CheckConntrack, "--"+s.flag+"="+s.zero+" for kube-proxy",
-				"%s, and kube-proxy exits when it cannot write its default (%s) there; %s leaves the kernel's value alone", why, s.def, s.zero)
+				"%s, and kube-proxy exits when it writes its default (%s) there and the write fails; %s leaves the kernel's value alone", why, s.def, s.zero)
 		case !isZero(v):
 			p.warn("%s, and kube-proxy's --%s is %s (the operator's setting, kept): kube-proxy will exit when it cannot write it; set it to 0", why, s.flag, v)
 		}
