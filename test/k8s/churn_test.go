@@ -48,12 +48,12 @@ spec:
       - name: c
         image: ` + busyboxImage + `
         imagePullPolicy: Never
-        command: [sh, -c, 'touch /tmp/ready && exec sleep ` + churnSleep + `']
+        command: [sh, -c, 'touch /ready && exec sleep ` + churnSleep + `']
         readinessProbe:
-          exec: {command: [cat, /tmp/ready]}
+          exec: {command: [cat, /ready]}
           periodSeconds: 2
         livenessProbe:
-          exec: {command: [sh, -c, 'test -e /tmp/ready']}
+          exec: {command: [sh, -c, 'test -e /ready']}
           periodSeconds: 5
 `
 
@@ -63,7 +63,8 @@ type churnSample struct {
 	rss                           int64         // KiB
 	fds, threads, goroutines      int
 	zombies                       []int // nodeinit's zombie children still there a second later
-	running, replicas             int   // churn pods Running, and the Deployment's replicas then
+	ready, replicas               int   // churn pods Ready, and the Deployment's replicas then
+	restarts                      int   // restarts of churn containers, as the API has them
 	kubeletPid, proxyPid, nodePid int
 }
 
@@ -131,7 +132,8 @@ func (k *kubeNode) scale(name string, replicas int) {
 	must(k.t, k.c.api.do(ctx, "PUT", "/apis/apps/v1/namespaces/default/deployments/"+name+"/scale", []byte(body), nil))
 }
 
-// countPods counts the pods matching selector in each phase.
+// countPods counts the pods matching selector in each phase, those Ready,
+// and their containers' restarts.
 func (k *kubeNode) countPods(selector string) map[string]int {
 	k.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -142,6 +144,12 @@ func (k *kubeNode) countPods(selector string) map[string]int {
 	for _, p := range list.Items {
 		out[p.Status.Phase]++
 		out["all"]++
+		if p.ready() {
+			out["Ready"]++
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			out["restarts"] += c.RestartCount
+		}
 	}
 	return out
 }
@@ -193,7 +201,8 @@ func (k *kubeNode) sampleChurn(begun time.Time) churnSample {
 			}
 		}
 	}
-	s.running = k.countPods("app=churn")["Running"]
+	pods := k.countPods("app=churn")
+	s.ready, s.restarts = pods["Ready"], pods["restarts"]
 	tasks := k.children()
 	s.kubeletPid, s.proxyPid = tasks["kubelet"], tasks["kube-proxy"]
 	return s
@@ -209,17 +218,20 @@ func (k *kubeNode) reportChurn(samples []churnSample, begun, ended time.Time) {
 	var lines []string
 	peak := 0
 	for _, s := range samples {
-		lines = append(lines, fmt.Sprintf("  %6v  replicas %2d, Running %2d  RSS %6d KiB  fds %3d  threads %3d  goroutines %3d  zombies %v",
-			s.at, s.replicas, s.running, s.rss, s.fds, s.threads, s.goroutines, s.zombies))
-		peak = max(peak, s.running)
+		lines = append(lines, fmt.Sprintf("  %6v  replicas %2d, Ready %2d  RSS %6d KiB  fds %3d  threads %3d  goroutines %3d  zombies %v",
+			s.at, s.replicas, s.ready, s.rss, s.fds, s.threads, s.goroutines, s.zombies))
+		peak = max(peak, s.ready)
+		if s.restarts > 0 {
+			t.Errorf("at %v the churn pods' containers had restarted %d times: their probes or commands fail", s.at, s.restarts)
+		}
 		if len(s.zombies) > 0 {
 			t.Errorf("at %v nodeinit had zombie children a second after they were seen: %v", s.at, s.zombies)
 		}
 	}
-	t.Logf("%v of churn (a Deployment scaled between 0 and %d every %v; at most %d pods Running at a sample), nodeinit every %v:\n%s",
+	t.Logf("%v of churn (a Deployment scaled between 0 and %d every %v; at most %d pods Ready at a sample), nodeinit every %v:\n%s",
 		ended.Sub(begun).Round(time.Second), churnReplicas, churnStep, peak, churnStep, strings.Join(lines, "\n"))
 	if peak < churnReplicas/2 {
-		t.Errorf("at most %d churn pods ran at a sample; the churn did not reach the node", peak)
+		t.Errorf("at most %d churn pods were Ready at a sample; the churn did not reach the node", peak)
 	}
 	early, late := samples[:len(samples)/2], samples[len(samples)*3/4:]
 	of := func(ss []churnSample, f func(churnSample) int64) []int64 {
