@@ -197,6 +197,9 @@ func TestNodeImageRestartedByPodman(t *testing.T) {
 	}
 	restarts, _ := c.podman.run(30*time.Second, "inspect", "--format", "{{.RestartCount}}", nodeContainer)
 	t.Logf("podman's restart count: %s", strings.TrimSpace(restarts))
+	if strings.TrimSpace(restarts) != "1" {
+		t.Errorf("podman restarted the node container %q times; want once", strings.TrimSpace(restarts))
+	}
 
 	// The new kubelet has renewed the Node's lease and held the node for
 	// a renew interval, over which it has synced every pod it found.
