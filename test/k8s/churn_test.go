@@ -60,7 +60,7 @@ spec:
 // churnSample is nodeinit as seen at one step of the churn.
 type churnSample struct {
 	at                            time.Duration // since the churn began
-	rss                           int64         // KiB
+	rss, anon                     int64         // KiB: VmRSS, and RssAnon of it (the rest is the binary's pages)
 	fds, threads, goroutines      int
 	zombies                       []int // nodeinit's zombie children still there a second later
 	ready, replicas               int   // churn pods Ready, and the Deployment's replicas then
@@ -176,6 +176,8 @@ func (k *kubeNode) sampleChurn(begun time.Time) churnSample {
 		switch f[0] {
 		case "VmRSS:":
 			s.rss, _ = strconv.ParseInt(f[1], 10, 64)
+		case "RssAnon:":
+			s.anon, _ = strconv.ParseInt(f[1], 10, 64)
 		case "Threads:":
 			s.threads, _ = strconv.Atoi(f[1])
 		}
@@ -218,8 +220,8 @@ func (k *kubeNode) reportChurn(samples []churnSample, begun, ended time.Time) {
 	var lines []string
 	peak := 0
 	for _, s := range samples {
-		lines = append(lines, fmt.Sprintf("  %6v  replicas %2d, Ready %2d  RSS %6d KiB  fds %3d  threads %3d  goroutines %3d  zombies %v",
-			s.at, s.replicas, s.ready, s.rss, s.fds, s.threads, s.goroutines, s.zombies))
+		lines = append(lines, fmt.Sprintf("  %6v  replicas %2d, Ready %2d  RSS %6d KiB (anon %5d)  fds %3d  threads %3d  goroutines %3d  zombies %v",
+			s.at, s.replicas, s.ready, s.rss, s.anon, s.fds, s.threads, s.goroutines, s.zombies))
 		peak = max(peak, s.ready)
 		if s.restarts > 0 {
 			t.Errorf("at %v the churn pods' containers had restarted %d times: their probes or commands fail", s.at, s.restarts)
