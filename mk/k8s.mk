@@ -14,8 +14,12 @@
 K8S_CACHE       ?=
 K8S_OLDEST      ?= v1.35
 E2E_K8S_TIMEOUT ?= 30m
+# The real node under pod churn: how long the churn runs in make soak-k8s
+# (make e2e-k8s runs it for 3 minutes), and the bound of the whole run.
+SOAK_K8S_DURATION ?= 30m
+SOAK_K8S_TIMEOUT  ?= 60m
 
-.PHONY: k8s e2e-k8s lint-k8s
+.PHONY: k8s e2e-k8s soak-k8s lint-k8s
 
 k8s: ## the Kubernetes binaries of the suite's release and the oldest supported one's node binaries, into the cache (≈ 15 min the first time)
 	test/k8s/build/build.sh $(K8S_CACHE)
@@ -27,6 +31,11 @@ e2e-k8s: ## the real-node tests: real kubelet and kube-proxy under nodeinit, a r
 	  echo "Kubernetes binaries: $$bin; the oldest release's node binaries: $$oldest" && \
 	  NODEINIT_K8S_BIN=$$bin NODEINIT_K8S_OLDEST_BIN=$$oldest \
 	  $(GO) test -tags k8s -count=1 -v -timeout $(E2E_K8S_TIMEOUT) -skip '^(TestRealNodeBench|TestModernHost)$$' ./test/k8s
+
+soak-k8s: ## a real node under pod churn for SOAK_K8S_DURATION (30m): nodeinit's memory, files, threads, goroutines flat, no zombie, its log quiet (root)
+	@bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
+	  NODEINIT_K8S_BIN=$$bin NODEINIT_SOAK_DURATION=$(SOAK_K8S_DURATION) \
+	  $(GO) test -tags k8s -count=1 -v -timeout $(SOAK_K8S_TIMEOUT) -run '^TestNodeUnderPodChurn$$' ./test/k8s
 
 # The tests carry the build tag k8s, so `go vet ./...` and staticcheck in
 # lint do not see them: this runs both with the tag, as part of lint.

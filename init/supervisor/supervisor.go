@@ -20,6 +20,7 @@ package supervisor
 import (
 	"cmp"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -606,7 +607,11 @@ func (s *Supervisor) signalTask(t *task, sig syscall.Signal) {
 	}
 }
 
+// logStatus logs nodeinit's own line, then one per task: its goroutines
+// are what a soak of a real node watches for a leak (nodeinit has no debug
+// endpoint, and /proc shows only threads).
 func (s *Supervisor) logStatus() {
+	klog.InfoS("Init status", "pid", os.Getpid(), "goroutines", runtime.NumGoroutine())
 	for _, t := range []*task{s.executor, s.proxy} {
 		if t == nil {
 			continue

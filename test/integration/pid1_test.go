@@ -329,7 +329,8 @@ func TestTermIgnoringExecutorIsKilledAfterGracePeriod(t *testing.T) {
 	})
 }
 
-// SIGUSR1 logs one status line per task.
+// SIGUSR1 logs one status line per task, and one of nodeinit itself with
+// its goroutines, which a soak watches for a leak.
 func TestUsr1LogsTaskStatus(t *testing.T) {
 	_, task := binaries(t)
 	dir := t.TempDir()
@@ -342,6 +343,10 @@ func TestUsr1LogsTaskStatus(t *testing.T) {
 		if !strings.Contains(i.Log(), want) {
 			t.Errorf("status dump lacks %s:\n%s", want, i.Log())
 		}
+	}
+	line := i.WaitForLog(5*time.Second, 'I', `"Init status"`)
+	if m := regexp.MustCompile(` goroutines=(\d+)`).FindStringSubmatch(line); m == nil || m[1] == "0" {
+		t.Errorf("nodeinit's own status line gives no count of goroutines: %q", line)
 	}
 	if code := i.Stop(10 * time.Second); code != 0 {
 		t.Errorf("exit %d after TERM, want the executor's 0", code)

@@ -461,7 +461,7 @@ func (k *kubeNode) restart(i int) (node, time.Duration) {
 	t := k.t
 	t.Helper()
 	began := time.Now()
-	if _, err := k.c.podman.run(2*time.Minute, "restart", "--time", "60", "nodeinit-k8s-node"); err != nil {
+	if _, err := k.c.podman.run(2*time.Minute, "restart", "--time", "60", nodeContainer); err != nil {
 		t.Fatalf("restart %d: %v", i, err)
 	}
 	// This run's log begins with its "Starting nodeinit"; the TERM

@@ -614,6 +614,7 @@ func (hd holder) String() string {
 // logs of the DaemonSet's pods.
 type monitor struct {
 	h      *hostNode
+	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	begun  time.Time
@@ -621,6 +622,7 @@ type monitor struct {
 	mu        sync.Mutex
 	requests  int
 	failures  []string
+	failedAt  []time.Time // when each failed request was sent
 	ready     []readyChange
 	renewals  []time.Time
 	hands     []hand
@@ -646,13 +648,21 @@ type hand struct {
 }
 
 func (h *hostNode) monitor(ip string) *monitor {
+	m := watchService(h, ip)
+	m.wg.Add(2)
+	go m.watchLease(m.ctx)
+	go m.sampleLock(m.ctx)
+	return m
+}
+
+// watchService starts the part of the monitor that any node has: a
+// request to the Service at ip every 50 ms and the Node's Ready condition.
+func watchService(h *hostNode, ip string) *monitor {
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &monitor{h: h, cancel: cancel, begun: time.Now(), podLogs: map[string]string{}}
-	m.wg.Add(4)
+	m := &monitor{h: h, ctx: ctx, cancel: cancel, begun: time.Now(), podLogs: map[string]string{}}
+	m.wg.Add(2)
 	go m.request(ctx, ip)
 	go m.watchNode(ctx)
-	go m.watchLease(ctx)
-	go m.sampleLock(ctx)
 	return m
 }
 
@@ -697,6 +707,7 @@ func (m *monitor) request(ctx context.Context, ip string) {
 				m.requests++
 				if err != nil {
 					m.failures = append(m.failures, at.Format("15:04:05.000")+" "+err.Error())
+					m.failedAt = append(m.failedAt, at)
 					if len(m.failures) == 1 {
 						// What the pods serve and have, while it fails;
 						// stop waits for it, so that it logs within the
@@ -965,6 +976,29 @@ func kubeletListening() int {
 // request, a Node not Ready or a kubelet serving without the lock.
 func (m *monitor) report(t *testing.T) {
 	t.Helper()
+	m.reportRequests(t)
+	notReady := m.notReady(t)
+	if notReady > 0 {
+		t.Errorf("the Node was not Ready for %v during the handovers; want 0", notReady.Round(time.Millisecond))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t.Logf("the lock sampled every 20 ms and the kubelet's port every 100 ms (%d samples): %d times a kubelet served without the lock", m.samples, len(m.strangers))
+	for _, s := range m.strangers {
+		t.Errorf("%s", s)
+	}
+	var lines []string
+	for _, hd := range m.hands {
+		lines = append(lines, fmt.Sprintf("  %s %v", hd.at.Format("15:04:05.000"), hd.to))
+	}
+	t.Logf("the lock's holders:\n%s", strings.Join(lines, "\n"))
+	t.Logf("the Node's lease renewals:\n%s", strings.Join(m.leaseLog, "\n"))
+}
+
+// reportRequests logs the requests sent and those that failed, and fails
+// the test on a failed one.
+func (m *monitor) reportRequests(t *testing.T) {
+	t.Helper()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	end := time.Now()
@@ -982,6 +1016,15 @@ func (m *monitor) report(t *testing.T) {
 		m.h.diagnoseWeb()
 		m.mu.Lock()
 	}
+}
+
+// notReady logs each time the Node was seen not Ready, and returns how
+// long that was in all.
+func (m *monitor) notReady(t *testing.T) time.Duration {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	end := time.Now()
 	var notReady time.Duration
 	for i, r := range m.ready {
 		if !r.ready {
@@ -994,19 +1037,14 @@ func (m *monitor) report(t *testing.T) {
 		}
 	}
 	t.Logf("the Node was not Ready for %v in all (Ready changes seen: %d)", notReady.Round(time.Millisecond), len(m.ready))
-	if notReady > 0 {
-		t.Errorf("the Node was not Ready for %v during the handovers; want 0", notReady.Round(time.Millisecond))
-	}
-	t.Logf("the lock sampled every 20 ms and the kubelet's port every 100 ms (%d samples): %d times a kubelet served without the lock", m.samples, len(m.strangers))
-	for _, s := range m.strangers {
-		t.Errorf("%s", s)
-	}
-	var lines []string
-	for _, hd := range m.hands {
-		lines = append(lines, fmt.Sprintf("  %s %v", hd.at.Format("15:04:05.000"), hd.to))
-	}
-	t.Logf("the lock's holders:\n%s", strings.Join(lines, "\n"))
-	t.Logf("the Node's lease renewals:\n%s", strings.Join(m.leaseLog, "\n"))
+	return notReady
+}
+
+// readyChanges are the Node's Ready condition's changes seen so far.
+func (m *monitor) readyChanges() []readyChange {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.ready)
 }
 
 // checkOldPods checks the logs of the DaemonSet's pods: each pod's nodeinit

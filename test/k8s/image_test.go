@@ -17,6 +17,8 @@ import (
 const (
 	nodeBaseImage = "localhost/nodeinit-k8s-node-base:test"
 	nodeImage     = "localhost/nodeinit-k8s-node:test"
+	// nodeContainer is the name of the node image's container in podman.
+	nodeContainer = "nodeinit-k8s-node"
 )
 
 // TestNodeImageInPodman builds images/node/Dockerfile on a Debian base made
@@ -125,7 +127,7 @@ func (c *cluster) runNodeImage(t *testing.T, o imageRun) *kubeNode {
 	c.writeImageNodeFiles(t, dir, "/etc/kubernetes", nodeSpec{})
 	must(t, os.MkdirAll("/var/log/pods", 0o755))
 	cd := c.containerd.dir
-	const name = "nodeinit-k8s-node"
+	const name = nodeContainer
 	args := []string{"run", "-d", "--name", name, "--privileged", "--network=host",
 		"-v", "/var/lib/kubelet:/var/lib/kubelet:rshared", "-v", "/sys/fs/cgroup:/sys/fs/cgroup",
 		"-v", dir + ":/etc/kubernetes:ro",

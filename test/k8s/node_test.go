@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -121,6 +122,12 @@ type nodeSpec struct {
 	prefix []string
 	// kubeletArgs are more of the kubelet's flags, after its own.
 	kubeletArgs []string
+	// apiServer is where the node's kubelet and kube-proxy reach the API
+	// server (a forwarder the test can cut); empty: apiServer itself.
+	apiServer string
+	// binary is the nodeinit to run; empty: the race-built one of the
+	// tests (testenv.Options.Binary).
+	binary string
 }
 
 // runtime is the container runtime spec asks for.
@@ -150,8 +157,8 @@ func (c *cluster) writeNodeFiles(t *testing.T, dir, seenAs string, spec nodeSpec
 	serving, err := c.pki.issue("serving-"+filepath.Base(dir), nodeName, nil, "127.0.0.1", nodeName)
 	must(t, err)
 	files := map[string][]byte{
-		"kubelet.conf":          c.pki.kubeconfig(apiServer, kubelet),
-		"kube-proxy.conf":       c.pki.kubeconfig(apiServer, proxy),
+		"kubelet.conf":          c.pki.kubeconfig(cmp.Or(spec.apiServer, apiServer), kubelet),
+		"kube-proxy.conf":       c.pki.kubeconfig(cmp.Or(spec.apiServer, apiServer), proxy),
 		"kubelet.yaml":          fmt.Appendf(nil, kubeletConfig+spec.kubeletConfig, seenAs, c.runtime(spec).endpoint()),
 		"ca.crt":                c.pki.caPEM,
 		"kubelet-serving.crt":   serving.cert,
@@ -233,7 +240,7 @@ func (c *cluster) startNode(t *testing.T, spec nodeSpec) *kubeNode {
 	t.Helper()
 	dir := t.TempDir()
 	c.writeNodeFiles(t, dir, dir, spec)
-	k := c.launchNodeWith(t, dir, testenv.Options{Env: spec.env, Prefix: spec.prefix}, c.nodeArgs(dir, spec)...)
+	k := c.launchNodeWith(t, dir, testenv.Options{Env: spec.env, Prefix: spec.prefix, Binary: spec.binary}, c.nodeArgs(dir, spec)...)
 	k.bin = c.nodeBin(spec)
 	k.runtime = c.runtime(spec)
 	return k
@@ -402,7 +409,8 @@ func (k *kubeNode) getNode() node {
 }
 
 // shutdown is what nodeinit's log says about one TERM: when each step came,
-// measured from the TERM it forwarded to the kubelet.
+// measured from the TERM it forwarded to the kubelet (or from the event
+// named by from).
 type shutdown struct {
 	code                             int           // nodeinit's exit status
 	kubeletStatus                    string        // the kubelet's, as nodeinit logged it
@@ -410,6 +418,7 @@ type shutdown struct {
 	kubeletExit, proxyTerm, proxyEnd time.Duration // after the TERM was forwarded; proxyEnd -1: it was not running
 	allEnded                         time.Duration
 	total                            time.Duration // from the test's TERM to nodeinit's exit
+	from                             string        // what the times are measured from; empty: the TERM
 }
 
 func (s shutdown) String() string {
@@ -417,8 +426,8 @@ func (s shutdown) String() string {
 	if s.proxyEnd < 0 {
 		proxy = fmt.Sprintf("kube-proxy was waiting on its backoff; the shutdown began at %v", s.proxyTerm.Round(time.Millisecond))
 	}
-	return fmt.Sprintf("kubelet exited %v after TERM (%s), %s, all ended at %v, nodeinit exited %d; %v in all",
-		s.kubeletExit.Round(time.Millisecond), s.kubeletStatus, proxy, s.allEnded.Round(time.Millisecond), s.code, s.total.Round(time.Millisecond))
+	return fmt.Sprintf("kubelet exited %v after %s (%s), %s, all ended at %v, nodeinit exited %d; %v in all",
+		s.kubeletExit.Round(time.Millisecond), cmp.Or(s.from, "TERM"), s.kubeletStatus, proxy, s.allEnded.Round(time.Millisecond), s.code, s.total.Round(time.Millisecond))
 }
 
 // proxyRunning tells from nodeinit's log whether kube-proxy ran at time of
@@ -447,25 +456,31 @@ func (k *kubeNode) stopAndCheck(timeout time.Duration) shutdown {
 	code := k.stop(timeout)
 	s := shutdown{code: code, total: time.Since(start)}
 	log := k.log()
-	at := func(msg string, after time.Duration) (time.Duration, string) {
-		for _, l := range nodeinitLines(log) {
-			if l.at >= after && strings.Contains(l.text, `"`+msg+`"`) {
-				return l.at, l.text
-			}
-		}
-		k.t.Fatalf("nodeinit's log has no %q after the TERM:\n%s", msg, testenv.Tail(log, 30))
-		return 0, ""
+	term, _ := k.lineAfter(log, "Forwarded signal to the executor", k.since)
+	k.shutdownFrom(&s, log, term, term)
+	if s.kubeletStatus != "exit code 0" {
+		k.t.Errorf("the kubelet ended with %s on TERM; want exit code 0", s.kubeletStatus)
 	}
-	term, _ := at("Forwarded signal to the executor", k.since)
-	kubelet, line := at("Executor ended", term)
+	return s
+}
+
+// shutdownFrom reads from nodeinit's log what happened once the executor
+// ended, the first time after time of day after: the kubelet's status,
+// kube-proxy's TERM and end, the end of every process, each measured from
+// time of day ref; and checks the order (the kubelet first, kube-proxy
+// after it) and that nodeinit's exit code, s.code, is the kubelet's.
+func (k *kubeNode) shutdownFrom(s *shutdown, log string, after, ref time.Duration) {
+	k.t.Helper()
+	at := func(msg string, after time.Duration) (time.Duration, string) { return k.lineAfter(log, msg, after) }
+	kubelet, line := at("Executor ended", after)
 	proxyTerm, _ := at("Shutting down: sent TERM to the proxy and every other process", kubelet)
 	s.proxyEnd = -1
-	if proxyRunning(log, term) {
+	if proxyRunning(log, kubelet) {
 		s.proxyEnd, _ = at("Proxy ended", proxyTerm)
-		s.proxyEnd -= term
+		s.proxyEnd -= ref
 	}
 	all, _ := at("All processes have ended", proxyTerm)
-	s.kubeletExit, s.proxyTerm, s.allEnded = kubelet-term, proxyTerm-term, all-term
+	s.kubeletExit, s.proxyTerm, s.allEnded = kubelet-ref, proxyTerm-ref, all-ref
 	if m := regexp.MustCompile(`status="([^"]*)" exitCode=(\d+)`).FindStringSubmatch(line); m != nil {
 		s.kubeletStatus = m[1]
 		s.kubeletCode, _ = strconv.Atoi(m[2])
@@ -475,10 +490,20 @@ func (k *kubeNode) stopAndCheck(timeout time.Duration) shutdown {
 	if s.code != s.kubeletCode {
 		k.t.Errorf("nodeinit exited %d, the kubelet's status was %s (code %d)", s.code, s.kubeletStatus, s.kubeletCode)
 	}
-	if s.kubeletStatus != "exit code 0" {
-		k.t.Errorf("the kubelet ended with %s on TERM; want exit code 0", s.kubeletStatus)
+}
+
+// lineAfter is the first line of nodeinit's log that holds the message
+// msg at or after time of day after, and its time; the test fails when
+// there is none.
+func (k *kubeNode) lineAfter(log, msg string, after time.Duration) (time.Duration, string) {
+	k.t.Helper()
+	for _, l := range nodeinitLines(log) {
+		if l.at >= after && strings.Contains(l.text, `"`+msg+`"`) {
+			return l.at, l.text
+		}
 	}
-	return s
+	k.t.Fatalf("nodeinit's log has no %q after %v:\n%s", msg, after, testenv.Tail(log, 30))
+	return 0, ""
 }
 
 // logLine is one line of nodeinit's klog output with its time of day.

@@ -133,27 +133,7 @@ func (k *kubeNode) stopAndCheckDrained() {
 	if took > 50*time.Second {
 		t.Errorf("the stop took %v, more than the delay and the grace period", took)
 	}
-	log := k.log()
-	for _, want := range []string{`"Draining the node before the executor stops"`, `"Drain over" reason="the node has drained"`,
-		`"Released a shutdown delay inhibitor" who="kubelet"`} {
-		if !strings.Contains(log, want) {
-			t.Errorf("nodeinit's log lacks %s", want)
-		}
-	}
-	drained := k.waitLog(0, 0, `"Drain over"`).at
-	term := k.waitLog(0, drained, `"Forwarded signal to the executor"`).at
-	t.Logf("the drain took %v from PrepareForShutdown to the release of the lock",
-		(drained - k.waitLog(0, 0, `"Draining the node before the executor stops"`).at).Round(time.Millisecond))
-	if term < drained {
-		t.Errorf("the kubelet got TERM before the drain was over")
-	}
-
-	b, err := os.ReadFile(filepath.Join(k.dir, "prestop"))
-	if err != nil {
-		t.Errorf("the pod's preStop hook did not run: %v", err)
-	} else {
-		t.Logf("preStop ran at %s", strings.TrimSpace(string(b)))
-	}
+	k.checkDrained()
 	// The kubelet's node shutdown ends a pod with the DisruptionTarget
 	// condition, reason TerminationByKubelet.
 	p := k.getPod("drain")
@@ -170,6 +150,37 @@ func (k *kubeNode) stopAndCheckDrained() {
 	if n := k.getNode(); !strings.Contains(n.condition("Ready").Message, "shutting down") {
 		t.Errorf("the Node does not show the shutdown: Ready is %+v", n.condition("Ready"))
 	}
+}
+
+// checkDrained checks from nodeinit's log and the preStop hook's file
+// that the node drained before the kubelet got TERM: nodeinit sent
+// PrepareForShutdown, the kubelet released its lock, the drain was over
+// for that reason, the TERM came after it, and the pod's preStop hook ran.
+// It returns how long the drain took.
+func (k *kubeNode) checkDrained() time.Duration {
+	t := k.t
+	t.Helper()
+	log := k.log()
+	for _, want := range []string{`"Draining the node before the executor stops"`, `"Drain over" reason="the node has drained"`,
+		`"Released a shutdown delay inhibitor" who="kubelet"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("nodeinit's log lacks %s", want)
+		}
+	}
+	drained := k.waitLog(0, k.since, `"Drain over"`).at
+	term := k.waitLog(0, drained, `"Forwarded signal to the executor"`).at
+	took := drained - k.waitLog(0, k.since, `"Draining the node before the executor stops"`).at
+	t.Logf("the drain took %v from PrepareForShutdown to the release of the lock", took.Round(time.Millisecond))
+	if term < drained {
+		t.Errorf("the kubelet got TERM before the drain was over")
+	}
+	b, err := os.ReadFile(filepath.Join(k.dir, "prestop"))
+	if err != nil {
+		t.Errorf("the pod's preStop hook did not run: %v", err)
+	} else {
+		t.Logf("preStop ran at %s", strings.TrimSpace(string(b)))
+	}
+	return took
 }
 
 // Without the flag the kubelet has no logind: TERM stops it at once and its
