@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,22 +17,6 @@ import (
 	"github.com/nodeinit/nodeinit/internal/linux"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a new directory, for the test.
-func mountTmpfs(t *testing.T, size int) string {
-	t.Helper()
-	testenv.RequireRoot(t)
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
-		t.Fatalf("mount a tmpfs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
 
 // fill writes to a new file in dir until the file system is full, and
 // returns its path.
@@ -55,11 +40,11 @@ func fill(t *testing.T, dir string) string {
 }
 
 // On a full disk a write is dropped whole (a write the disk cut short is
-// truncated away, so no line is split), the failure is logged once however
-// many writes fail, and writing resumes, with a line saying so, once there
-// is room again.
-func TestFullDiskDropsWholeWritesLogsOnceAndRecovers(t *testing.T) {
-	dir := mountTmpfs(t, 256<<10)
+// truncated away, so no line is split) and counted; the failure is logged
+// once however many writes fail, and writing resumes, with one line saying
+// how much was lost, once there is room again.
+func TestFullDiskDropsWholeWritesCountsThemLogsOnceAndRecovers(t *testing.T) {
+	dir := testenv.Tmpfs(t, 256<<10)
 	logged := testenv.CaptureLog(t)
 	f := openTestFile(t, dir, Rotation{})
 	s := newStream("executor", f)
@@ -89,9 +74,65 @@ func TestFullDiskDropsWholeWritesLogsOnceAndRecovers(t *testing.T) {
 	if n := strings.Count(log, "Writing a task's output to its log file failed"); n != 1 || !strings.Contains(log, "no space left on device") {
 		t.Errorf("the failure was logged %d times, want once, naming the cause:\n%s", n, log)
 	}
-	if n := strings.Count(log, "Writing a task's output to its log file works again"); n != 1 {
-		t.Errorf("the recovery was logged %d times, want once:\n%s", n, log)
+	resumed := "Writing a task's output to its log file works again"
+	want := fmt.Sprintf("droppedLines=150 droppedBytes=%d droppedWrites=3", 3*len(dropped))
+	if n := strings.Count(log, resumed); n != 1 || !strings.Contains(log, want) {
+		t.Errorf("the recovery was logged %d times, want once, with %q:\n%s", n, want, log)
 	}
+}
+
+// A disk that has room for a write now and then (a page freed, a line that
+// fits in the file's last page) makes at most a line of nodeinit's log a
+// minute each for the failures and the recoveries, and every dropped line
+// is counted in one of them.
+func TestADiskFullNowAndThenLogsAtMostTwoLinesAMinute(t *testing.T) {
+	dir := testenv.Tmpfs(t, 1<<20)
+	logged := testenv.CaptureLog(t)
+	f := openTestFile(t, dir, Rotation{})
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f.now = func() time.Time { return at }
+	s := newStream("executor", f)
+	// Longer than a page: it never fits in what the file's last page has
+	// left.
+	line := []byte(strings.Repeat("c", 4999) + "\n")
+	// 20 minutes of a full disk freed for a moment every 10 s: one write
+	// in two is dropped.
+	const rounds = 120
+	for range rounds {
+		filler := fill(t, dir)
+		s.write(line)
+		if err := os.Remove(filler); err != nil {
+			t.Fatal(err)
+		}
+		s.write(line)
+		at = at.Add(10 * time.Second)
+	}
+	s.reportLoss()
+	klog.Flush()
+	log := logged.String()
+	failed := strings.Count(log, "Writing a task's output to its log file failed")
+	resumed := strings.Count(log, "Writing a task's output to its log file works again")
+	closed := strings.Count(log, "Closing a task's log file with output dropped")
+	if failed > 21 || resumed > 21 || failed+resumed+closed < 2 {
+		t.Errorf("over 20 minutes the failures were logged %d times and the recoveries %d; want at most once a minute each:\n%s", failed, resumed, log)
+	}
+	// The recoveries, and the close, each count what was dropped since the
+	// last of them.
+	var lines int64
+	for _, l := range strings.Split(log, "\n") {
+		if _, v, ok := strings.Cut(l, "droppedLines="); ok && !strings.Contains(l, "failed") {
+			n, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines += n
+		}
+	}
+	kept := int64(bytes.Count(content(t, filepath.Join(dir, "executor.log")), []byte{'\n'}))
+	if lines != 2*rounds-kept || lines == 0 {
+		t.Errorf("the log counts %d dropped lines; want %d, every one not in the file:\n%s", lines, 2*rounds-kept, log)
+	}
+	t.Logf("%d dropped lines over 20 minutes: %d lines for failures, %d for recoveries, %d at close", lines, failed, resumed, closed)
 }
 
 // A write to a hung log volume never returns; Close must return all the

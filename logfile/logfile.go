@@ -40,8 +40,12 @@
 // it has read, so a rotation, which happens between two writes, never splits
 // a line, and every line lands in exactly one file. A line longer than the
 // pump's buffer (1 MiB) is written in pieces as it comes. A write that fails
-// (a full disk) drops what it was given, whole, is logged once, and the next
-// write tries again.
+// (a full disk) drops what it was given, whole, and the next write tries
+// again: the pump never stops reading, so a full disk blocks no task and
+// nothing of nodeinit's. What is dropped is counted in lines and bytes; one
+// line says when the loss starts, and one how much was lost once a write
+// works again (or when the file closes first), at most one of each a
+// minute per task however often the disk fills and frees.
 //
 // nodeinit runs as root, so its files must not be a way in: the directory
 // must be owned by root or nodeinit's user and writable by no one else

@@ -281,6 +281,7 @@ func (p *Pump) finish() {
 		for !s.eof && s.readOnce() {
 		}
 		s.flush()
+		s.reportLoss()
 		if err := s.closeFile(); err != nil {
 			errs = append(errs, err)
 		}

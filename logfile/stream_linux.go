@@ -26,9 +26,11 @@ type stream struct {
 	w    *os.File // write end, blocking, handed to every process of the task
 	eof  bool
 
-	buf     []byte
-	n       int  // bytes of buf that hold a line not yet ended
-	failing bool // the last write failed (logged once)
+	buf []byte
+	n   int // bytes of buf that hold a line not yet ended
+
+	lost       loss      // dropped and not yet reported as such
+	lastReport time.Time // when a loss was last logged
 
 	// Coalescing (see coalesceFor).
 	coalesce bool // the pipe holds pipeSize: reads may wait for more
@@ -47,6 +49,25 @@ type stream struct {
 func newStream(name string, file *rotatingFile) *stream {
 	return &stream{name: name, file: file, buf: make([]byte, bufferSize)}
 }
+
+// loss is output that failed writes dropped: counted, and reported at
+// most every lossReportEvery, however the disk comes and goes.
+type loss struct {
+	since  time.Time // the first drop counted
+	writes int64
+	lines  int64 // complete lines; a line too long for the buffer is written, and dropped, in pieces
+	bytes  int64
+	told   bool // its start has been logged
+}
+
+// lossReportEvery bounds how often a task's lost output is logged. A full
+// disk can have room for one write in many (a line that fits in the last
+// page of the file, a page freed elsewhere): that must not make every write
+// a line of nodeinit's log. So a loss is logged when it starts and when
+// writes work again, and a loss that starts within lossReportEvery of the
+// last report is told when it has lasted that long, with what was dropped
+// meanwhile.
+const lossReportEvery = time.Minute
 
 // complete takes n new bytes at buf[s.n:] and writes everything up to the
 // last newline; a buffer full of one unfinished line is written as it is.
@@ -81,16 +102,50 @@ func (s *stream) write(p []byte) {
 	s.busySince.Store(time.Now().UnixNano())
 	err := s.file.Write(p)
 	s.busySince.Store(0)
+	now := s.file.now()
 	if err != nil {
-		if !s.failing {
-			klog.ErrorS(err, "Writing a task's output to its log file failed; output is dropped until a write succeeds", "task", s.name)
-		}
-		s.failing = true
+		s.drop(now, p, err)
 		return
 	}
-	if s.failing {
-		klog.InfoS("Writing a task's output to its log file works again", "task", s.name, "file", s.file.path())
-		s.failing = false
+	if s.lost.writes > 0 && (s.lost.told || now.Sub(s.lastReport) >= lossReportEvery) {
+		klog.InfoS("Writing a task's output to its log file works again", append([]any{"task", s.name, "file", s.file.path()}, s.lost.report(now)...)...)
+		s.lost, s.lastReport = loss{}, now
+	}
+}
+
+// drop counts p as lost, and logs that output is lost where that is news.
+func (s *stream) drop(now time.Time, p []byte, err error) {
+	if s.lost.writes == 0 {
+		s.lost.since = now
+	}
+	s.lost.writes++
+	s.lost.lines += int64(bytes.Count(p, []byte{'\n'}))
+	s.lost.bytes += int64(len(p))
+	if s.lost.told || now.Sub(s.lastReport) < lossReportEvery {
+		return
+	}
+	kv := []any{"task", s.name}
+	if s.lost.writes > 1 {
+		// Since the last report writes have failed, and some worked.
+		kv = append(kv, s.lost.report(now)...)
+	}
+	klog.ErrorS(err, "Writing a task's output to its log file failed; its output is dropped, and counted, until a write succeeds", kv...)
+	s.lost.told, s.lastReport = true, now
+}
+
+// report is the loss for the log, at now.
+func (l loss) report(now time.Time) []any {
+	return []any{"droppedLines", l.lines, "droppedBytes", l.bytes, "droppedWrites", l.writes,
+		"since", l.since.UTC().Format(time.RFC3339Nano), "for", now.Sub(l.since).Round(time.Millisecond)}
+}
+
+// reportLoss logs output lost and not yet reported, once the task can
+// write no more: with the reports before it, every dropped line is counted
+// once.
+func (s *stream) reportLoss() {
+	if s.lost.writes > 0 {
+		klog.InfoS("Closing a task's log file with output dropped since the last report", append([]any{"task", s.name, "file", s.file.path()}, s.lost.report(s.file.now())...)...)
+		s.lost = loss{}
 	}
 }
 

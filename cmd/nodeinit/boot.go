@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/nodeinit/nodeinit/config"
 	"github.com/nodeinit/nodeinit/identity"
 	"github.com/nodeinit/nodeinit/init/logsink"
+	"github.com/nodeinit/nodeinit/init/oomscore"
 	"github.com/nodeinit/nodeinit/init/reaper"
 	"github.com/nodeinit/nodeinit/init/signals"
 	"github.com/nodeinit/nodeinit/init/supervisor"
@@ -155,6 +157,7 @@ type start struct {
 	// unknown (node.ReadKubeletVersion).
 	version node.KubeletVersion
 	plan    *restrict.Plan
+	oom     *oomscore.Score
 	cg      cgroups.Result
 	ct      node.Container
 	sc      supervisor.Config
@@ -183,10 +186,13 @@ type phase struct {
 //   - the node is sized after the join, from the limits of the cgroup
 //     joined;
 //   - the login1 bus listens before the executor starts: the kubelet looks
-//     for it once, when it starts.
+//     for it once, when it starts;
+//   - nodeinit takes its OOM score before the tasks are built, which
+//     hand each child the value nodeinit started with.
 var phases = []phase{
 	{"mount namespace", (*start).mountNamespace},
 	{"log", (*start).log},
+	{"oom score", (*start).oomScore},
 	{"identity", (*start).identity},
 	{"rshared", (*start).rshared},
 	{"container", (*start).container},
@@ -259,6 +265,26 @@ func (s *start) log() int {
 	if mountns.InPrivate() {
 		klog.InfoS("Running in a private mount namespace; host mounts propagate in, the node's do not leak out")
 	}
+	return 0
+}
+
+// oomScore makes nodeinit the OOM killer's last choice (package oomscore):
+// its death would end the node container. Where it may not, one line says
+// so and what it means; that is no reason not to run the node.
+func (s *start) oomScore() int {
+	oom, err := oomscore.Lower()
+	switch {
+	case errors.Is(err, oomscore.ErrNotPermitted):
+		klog.Warningf("nodeinit's OOM score adjustment stays at %d: %v; "+
+			"the OOM killer may choose nodeinit, and that ends the node container", oom.Start, oomscore.ErrNotPermitted)
+	case err != nil:
+		klog.Warningf("Cannot lower nodeinit's OOM score adjustment: %v; "+
+			"the OOM killer may choose nodeinit, and that ends the node container", err)
+	case oom.Lowered:
+		klog.InfoS("Lowered nodeinit's OOM score adjustment: the OOM killer never chooses it; its children start at the value it started with",
+			"oomScoreAdj", oomscore.Min, "children", oom.Start)
+	}
+	s.oom = oom
 	return 0
 }
 
@@ -341,6 +367,7 @@ func (s *start) tasks() int {
 	}
 	s.sc = sc
 	s.sc.Signals = s.sigs
+	s.sc.OOMScore = s.oom
 	s.undo = append(s.undo, closeLogs)
 	return 0
 }

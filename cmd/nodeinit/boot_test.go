@@ -17,6 +17,8 @@ func TestPhasesKeepTheirOrder(t *testing.T) {
 	}
 	for _, tc := range []struct{ before, after, why string }{
 		{"log", "identity", "every later phase logs through the queue"},
+		{"log", "oom score", "where nodeinit may not lower its OOM score, a line says so"},
+		{"oom score", "tasks", "the tasks hand each child the OOM score nodeinit started with"},
 		{"identity", "rshared", "the node's id is mounted where it cannot propagate"},
 		{"container", "cgroup", "a read-only cgroupfs is remounted before the join"},
 		{"cgroup", "sizing", "the node is sized to the cgroup it joined"},

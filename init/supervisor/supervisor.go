@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/init/oomscore"
 	"github.com/nodeinit/nodeinit/init/reaper"
 	"github.com/nodeinit/nodeinit/init/signals"
 )
@@ -113,6 +114,9 @@ type Config struct {
 	// CatchBeforeFork under way; Run waits for it before the first fork,
 	// and catches the rest (CatchForwarded) once the executor has started.
 	Signals *signals.Set
+	// OOMScore, when set, is nodeinit's OOM score adjustment, lowered:
+	// every child starts at the value nodeinit started with instead.
+	OOMScore *oomscore.Score
 	// OnExecutorStarted (with the executor's pid) and OnShutdown, when
 	// set, are called from the loop once each; they must not block.
 	OnExecutorStarted func(pid int)
@@ -186,7 +190,7 @@ type Supervisor struct {
 
 // New prepares a Supervisor; Run starts the tasks.
 func New(cfg Config) *Supervisor {
-	return newWith(cfg, newKernel(cmp.Or(cfg.ProcRoot, "/proc")))
+	return newWith(cfg, newKernel(cmp.Or(cfg.ProcRoot, "/proc"), cfg.OOMScore))
 }
 
 func newWith(cfg Config, sys system) *Supervisor {

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/init/oomscore"
 	"github.com/nodeinit/nodeinit/init/proctree"
 	"github.com/nodeinit/nodeinit/init/reaper"
 	"github.com/nodeinit/nodeinit/internal/linux"
@@ -46,18 +48,23 @@ type timer interface {
 // kernel is the real system.
 type kernel struct {
 	reaper   *reaper.Reaper
+	oom      *oomscore.Score
 	isInit   bool
 	self     int
 	procRoot string
 }
 
-func newKernel(procRoot string) *kernel {
+func newKernel(procRoot string, oom *oomscore.Score) *kernel {
 	pid := os.Getpid()
-	return &kernel{reaper: reaper.New(), isInit: pid == 1, self: pid, procRoot: procRoot}
+	return &kernel{reaper: reaper.New(), oom: oom, isInit: pid == 1, self: pid, procRoot: procRoot}
 }
 
-func (k *kernel) Start(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
-	return k.reaper.Start(path, argv, attr)
+// Start starts a child at the OOM score adjustment nodeinit started with.
+func (k *kernel) Start(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
+	if e := k.oom.Fork(func() { pid, err = k.reaper.Start(path, argv, attr) }); e != nil {
+		klog.ErrorS(e, "Cannot hand a child the OOM score adjustment nodeinit started with", "path", path)
+	}
+	return pid, err
 }
 
 func (k *kernel) Reap() ([]reaper.Exit, bool, error) { return k.reaper.Reap() }

@@ -88,6 +88,7 @@ func TestModernHost(t *testing.T) {
 					testenv.Tail(grepLines(log, "Eviction manager: failed to synchronize"), 1))
 			}
 			checkGuestMachineID(t, v, n)
+			checkGuestOOMScores(t, v, k)
 			s := k.stopAndCheck(90 * time.Second)
 			t.Logf("podman stop: %v", s)
 			if s.code != 0 {
@@ -343,6 +344,34 @@ func checkSystemdPod(t *testing.T, v *vm) {
 		t.Errorf("the container's unit %s is %s in the guest's systemd", scope, s)
 	}
 	t.Logf("the static pod's container runs in %s, unit %s of the guest's systemd", strings.TrimPrefix(cg, "0::"), scope)
+}
+
+// checkGuestOOMScores checks the OOM score adjustments on a host where
+// nodeinit has CAP_SYS_RESOURCE (the privileged node container): nodeinit
+// at -1000, where the OOM killer never chooses it, the kubelet and
+// kube-proxy at the -999 they set themselves, having started at the value
+// nodeinit started with, as its log says; the static pod's container, a
+// BestEffort pod's, at 1000.
+func checkGuestOOMScores(t *testing.T, v *vm, k *kubeNode) {
+	t.Helper()
+	out := v.ssh(`n=$(podman inspect --format '{{.State.Pid}}' ` + guestNodeName + `); ` +
+		`for p in $n $(pgrep -P $n -x kubelet) $(pgrep -P $n -x kube-proxy); do echo $(cat /proc/$p/comm) $(cat /proc/$p/oom_score_adj); done; ` +
+		`c=$(` + guestCrictl + ` ps --quiet --name sleep --label io.kubernetes.pod.name=static-sleeper-` + nodeName + ` | head -n1); ` +
+		`p=$(` + guestCrictl + ` inspect --output go-template --template '{{.info.pid}}' $c); echo pod $(cat /proc/$p/oom_score_adj)`)
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(l); len(f) == 2 {
+			got[f[0]] = f[1]
+		}
+	}
+	want := map[string]string{"nodeinit": "-1000", "kubelet": "-999", "kube-proxy": "-999", "pod": "1000"}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("OOM SCORES: %s's oom_score_adj is %q; want %s (all: %q)", name, got[name], w, out)
+		}
+	}
+	lowered := k.waitLog(0, 0, "Lowered nodeinit's OOM score adjustment")
+	t.Logf("oom_score_adj in the guest: %v; %s", got, lowered.text)
 }
 
 // checkGuestMachineID reports the Node's machineID and checks it is a

@@ -168,7 +168,7 @@ func TestMesosContainerizerCgroupInEveryHierarchy(t *testing.T) {
 			if !slices.Contains(executor.Env, "MESOS_EXECUTOR_CONTAINER_UUID="+c.id) {
 				t.Errorf("executor environment lacks MESOS_EXECUTOR_CONTAINER_UUID=%s", c.id)
 			}
-			if w := n.Lines('W'); len(w) > 0 {
+			if w := n.cgroupWarnings(); len(w) > 0 {
 				t.Errorf("warnings: %q", w)
 			}
 			if code := n.stop(); code != 0 {
@@ -216,7 +216,7 @@ func TestMesosContainerizerDefaultIsolation(t *testing.T) {
 		if !slices.Contains(executor.Env, "MESOS_EXECUTOR_CONTAINER_UUID="+c.id) {
 			t.Errorf("executor environment lacks MESOS_EXECUTOR_CONTAINER_UUID=%s", c.id)
 		}
-		if w, named := n.Lines('W'), n.Lines('W', warning, "the executor gets no --cgroup-root"); len(w) != 1 || len(named) != 1 {
+		if w, named := n.cgroupWarnings(), n.Lines('W', warning, "the executor gets no --cgroup-root"); len(w) != 1 || len(named) != 1 {
 			t.Errorf("want one warning saying %q; log:\n%s", warning, n.Log())
 		}
 		if code := n.stop(); code != 0 {

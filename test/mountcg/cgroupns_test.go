@@ -77,7 +77,7 @@ func TestHostCgroupTreeInAPrivateCgroupNamespace(t *testing.T) {
 		n, _, _ := startInPrivateCgroupNamespace(t, "host")
 		n.expectFatal("Cannot join", "the cgroup mount at /sys/fs/cgroup (cgroup /..) shows cgroups above or beside the root of nodeinit's private cgroup namespace",
 			"run the container with --cgroupns=host, or do not mount the host's /sys/fs/cgroup into it")
-		if w := n.Lines('W'); len(w) > 0 {
+		if w := n.cgroupWarnings(); len(w) > 0 {
 			t.Errorf("warnings before the refusal: %q", w)
 		}
 	})
@@ -95,7 +95,7 @@ func TestHostCgroupTreeInAPrivateCgroupNamespace(t *testing.T) {
 		if i := n.Lines('I', "moved 1 processes of the root cgroup into /init"); len(i) != 1 {
 			t.Errorf("want one line saying nodeinit moved itself into /init; log:\n%s", n.Log())
 		}
-		if w := n.Lines('W'); len(w) > 0 {
+		if w := n.cgroupWarnings(); len(w) > 0 {
 			t.Errorf("warnings: %q", w)
 		}
 		if code := n.stop(); code != 0 {

@@ -40,7 +40,7 @@ func TestKubeletCgroupDriverThatTheRuntimeOrHostDisagreesWith(t *testing.T) {
 				executorArgs: []string{"--cgroup-driver=" + tt.driver},
 			}, nil)
 			n.waitReady()
-			if w, named := n.Lines('W'), n.Lines('W', tt.words...); len(w) != 1 || len(named) != 1 {
+			if w, named := n.cgroupWarnings(), n.Lines('W', tt.words...); len(w) != 1 || len(named) != 1 {
 				t.Errorf("want one warning saying %q; log:\n%s", tt.words, n.Log())
 			}
 			if code := n.stop(); code != 0 {

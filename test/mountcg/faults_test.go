@@ -146,8 +146,8 @@ func TestCgroupRemovedFromOneHierarchy(t *testing.T) {
 			}
 			rooted := slices.Contains(r.Args, "--cgroup-root="+target)
 			w := n.Lines('W', target, "cannot be the kubelet's cgroup root", "it does not exist in the "+gone.Name()+" hierarchy")
-			if rooted != usable || len(w) != map[bool]int{true: 0, false: 1}[usable] || len(n.Lines('W')) != len(w) {
-				t.Errorf("--cgroup-root passed: %v, warnings %q; want it passed %v and a warning only if not; log:\n%s", rooted, n.Lines('W'), usable, n.Log())
+			if rooted != usable || len(w) != map[bool]int{true: 0, false: 1}[usable] || len(n.cgroupWarnings()) != len(w) {
+				t.Errorf("--cgroup-root passed: %v, warnings %q; want it passed %v and a warning only if not; log:\n%s", rooted, n.cgroupWarnings(), usable, n.Log())
 			}
 			if code := n.stop(); code != 0 {
 				t.Errorf("nodeinit exited %d after TERM, want 0", code)
@@ -207,7 +207,7 @@ func TestV2CgroupWithControllersUsesTheLeaf(t *testing.T) {
 	if i := n.Lines('I', "joined cgroup "+target, "unified:"+leaf); len(i) != 1 {
 		t.Errorf("want one line saying nodeinit joined %s, in %s on the unified hierarchy; log:\n%s", target, leaf, n.Log())
 	}
-	if w := n.Lines('W'); len(w) != 0 {
+	if w := n.cgroupWarnings(); len(w) != 0 {
 		t.Errorf("warnings while joining a v2 cgroup with controllers: %q", w)
 	}
 	if code := n.stop(); code != 0 {

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -28,4 +29,21 @@ func InPrivateMountNamespace(tb testing.TB, fn func() error) error {
 		done <- fn()
 	}()
 	return <-done
+}
+
+// Tmpfs mounts a tmpfs of size bytes on a new directory, unmounted when the
+// test ends: a small disk to fill. It needs root.
+func Tmpfs(tb testing.TB, size int) string {
+	tb.Helper()
+	RequireRoot(tb)
+	dir := tb.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
+		tb.Fatalf("mount a tmpfs on %s: %v", dir, err)
+	}
+	tb.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			tb.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
 }

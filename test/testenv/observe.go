@@ -133,6 +133,8 @@ type Report struct {
 	Foreground int      `json:"foreground"`
 	Args       []string `json:"args"`
 	Env        []string `json:"env"`
+	// OOMScoreAdj is the OOM score adjustment it started with.
+	OOMScoreAdj int `json:"oomScoreAdj"`
 }
 
 // ReadReport reads the task helper's --report file.

@@ -215,6 +215,8 @@ type reportJSON struct {
 	Foreground int      `json:"foreground"`
 	Args       []string `json:"args"`
 	Env        []string `json:"env"`
+	// OOMScoreAdj is the OOM score adjustment it started with.
+	OOMScoreAdj int `json:"oomScoreAdj"`
 }
 
 func writeReport(path string) {
@@ -223,9 +225,14 @@ func writeReport(path string) {
 	cg, _ := os.ReadFile("/proc/self/cgroup")
 	stdin, _ := os.Readlink("/proc/self/fd/0")
 	fg, _ := unix.IoctlGetInt(1, unix.TIOCGPGRP)
+	adj, err := os.ReadFile("/proc/self/oom_score_adj")
+	check(err)
+	oom, err := strconv.Atoi(strings.TrimSpace(string(adj)))
+	check(err)
 	data, err := json.Marshal(reportJSON{
 		Pid: os.Getpid(), Ppid: os.Getppid(), Pgid: pgid, MountNS: mnt,
 		Cgroup: string(cg), Stdin: stdin, Foreground: fg, Args: os.Args[1:], Env: os.Environ(),
+		OOMScoreAdj: oom,
 	})
 	check(err)
 	check(os.WriteFile(path+".tmp", data, 0o644))
