@@ -337,8 +337,7 @@ func TestUsr1LogsTaskStatus(t *testing.T) {
 	ready := filepath.Join(dir, "ready")
 	i := start(t, asSubreaper, "--proxy-path="+task, "--", task, "--ready="+ready)
 	testenv.WaitFor(t, 10*time.Second, "executor ready", func() bool { return exists(ready) })
-	i.Signal(syscall.SIGUSR1)
-	testenv.WaitFor(t, 5*time.Second, "status lines", func() bool { return strings.Count(i.Log(), `"Task status"`) == 2 })
+	i.Status(5*time.Second, 'I', `"Task status"`, `task="proxy"`)
 	for _, want := range []string{`task="executor"`, `task="proxy"`, `state="running"`, `phase="running"`, `restarts=0`, `lastExit="none"`} {
 		if !strings.Contains(i.Log(), want) {
 			t.Errorf("status dump lacks %s:\n%s", want, i.Log())

@@ -121,8 +121,7 @@ func TestSignalsIgnoredAtStartStayIgnored(t *testing.T) {
 					}
 					return
 				}
-				i.Signal(unix.SIGUSR1) // the status line comes after the HUP was handled
-				i.WaitForLog(5*time.Second, 'I', `"Task status"`)
+				i.Status(5*time.Second, 'I', `"Task status"`) // it comes after the HUP was handled
 				if !i.Running() {
 					t.Fatalf("nodeinit ended after a HUP it was started ignoring; log:\n%s", i.Log())
 				}

@@ -322,6 +322,33 @@ func (n *Node) WaitForLog(timeout time.Duration, sev byte, words ...string) stri
 	return line
 }
 
+// Status asks nodeinit for its status lines with USR1 until it has logged
+// a new line at severity sev with every one of words, and returns that
+// line. nodeinit catches USR1 only once its executor has started, and one
+// sent before that is ignored, as documented: so USR1 goes again every
+// half second without an answer, and a test may see more than one dump.
+func (n *Node) Status(timeout time.Duration, sev byte, words ...string) string {
+	n.tb.Helper()
+	before := len(n.Lines(sev, words...))
+	var line string
+	var asked time.Time
+	WaitFor(n.tb, timeout, fmt.Sprintf("a status line %c %q after USR1", sev, words), func() bool {
+		if l := n.Lines(sev, words...); len(l) > before {
+			line = l[before]
+			return true
+		}
+		if !n.Running() {
+			n.tb.Fatalf("nodeinit ended without logging %c %q; log:\n%s", sev, words, n.Log())
+		}
+		if time.Since(asked) > 500*time.Millisecond {
+			n.Signal(syscall.SIGUSR1)
+			asked = time.Now()
+		}
+		return false
+	})
+	return line
+}
+
 // WaitForFile waits until path exists, failing the test at the timeout or
 // when nodeinit has ended without it appearing.
 func (n *Node) WaitForFile(timeout time.Duration, path string) {
