@@ -103,6 +103,7 @@ func TestModernHost(t *testing.T) {
 			k.waitPods("metadata.name=drain", 1, 5*time.Minute)
 			k.stopAndCheckGuestDrained(v)
 		})
+		t.Run("limits", func(t *testing.T) { c.checkGuestLimitedNode(t, v) })
 		// The guest's Docker engine, started once and left running with
 		// the node image for the cases below.
 		t.Run("docker", func(t *testing.T) {
