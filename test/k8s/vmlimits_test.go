@@ -97,8 +97,8 @@ systemctl start %[6]s`, guestNodeCPUs, guestNodesSlice, int64(limitMemory), gues
 	if !strings.HasPrefix(podCgroup, kubepods+"/") {
 		t.Errorf("the static pod's container (pid %s in the guest) is in %s; want below %s", pid, podCgroup, kubepods)
 	}
-	files := strings.Fields(v.ssh(fmt.Sprintf("cd /sys/fs/cgroup; cat %[1]s/memory.max %[1]s/cpu.max %[1]s/pids.max %[2]s/cpuset.cpus.effective %[3]s/memory.max %[3]s/pids.max",
-		guestNodeCgroup, "/"+guestNodesSlice, kubepods)))
+	files := strings.Fields(v.ssh(fmt.Sprintf("cd /sys/fs/cgroup; cat .%[1]s/memory.max .%[1]s/cpu.max .%[1]s/pids.max ./%[2]s/cpuset.cpus.effective .%[3]s/memory.max .%[3]s/pids.max",
+		guestNodeCgroup, guestNodesSlice, kubepods)))
 	if len(files) != 7 {
 		t.Fatalf("the slices' limit files: %q", files)
 	}
