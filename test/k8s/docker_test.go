@@ -356,10 +356,10 @@ func (m mesosDockerTask) runArgs(image string) []string {
 }
 
 // appVolumes are the app's volumes as -v values, with /etc/kubernetes the
-// test node's files, and a host directory the host lacks left out: the
-// engine would create it on the host (these machines have no
-// /lib/modules).
-func appVolumes(t *testing.T, app marathonNode, kubernetesDir string) []string {
+// test node's files, and a host directory the host lacks (missing says
+// which) left out: the engine would create it on the host (these machines
+// have no /lib/modules).
+func appVolumes(t *testing.T, app marathonNode, kubernetesDir string, missing func(string) bool) []string {
 	t.Helper()
 	var out []string
 	for _, v := range app.Container.Volumes {
@@ -367,7 +367,7 @@ func appVolumes(t *testing.T, app marathonNode, kubernetesDir string) []string {
 		if host == "/etc/kubernetes" {
 			host = kubernetesDir
 		}
-		if _, err := os.Stat(host); errors.Is(err, fs.ErrNotExist) {
+		if missing(host) {
 			t.Logf("the app's volume %s: the host has no %s; left out", v.ContainerPath, host)
 			continue
 		}
@@ -620,7 +620,7 @@ func TestNodeImageInDockerAsAMesosTask(t *testing.T) {
 		name: "mesos-" + containerID, app: app, sandbox: sandbox, cfs: true,
 		// Marathon's part of the task's environment.
 		env:     map[string]string{"MESOS_TASK_ID": taskID, "MARATHON_APP_ID": app.ID},
-		volumes: appVolumes(t, app, dir),
+		volumes: appVolumes(t, app, dir, func(p string) bool { _, err := os.Stat(p); return errors.Is(err, fs.ErrNotExist) }),
 		// The test's containerd, as in the podman tests: its socket, and
 		// its root read-only (the eviction manager stats the image file
 		// system).
@@ -664,17 +664,7 @@ func TestNodeImageInDockerAsAMesosTask(t *testing.T) {
 	if got := readInt(t, cgroupFile(t, "cpu", cg, "cpu.shares")); got != int64(app.Cpus*mesosSharesPerCPU) {
 		t.Errorf("the container's cpu.shares is %d, want %d", got, int64(app.Cpus*mesosSharesPerCPU))
 	}
-	for _, r := range []struct{ resource, file string }{{"memory", "memory.limit_in_bytes"}, {"cpu", "cpu.cfs_quota_us"}} {
-		k.waitLog(0, 0, `"Sizing the node to its container's limit"`, fmt.Sprintf("resource=%q", r.resource),
-			fmt.Sprintf(`limitFrom="%s of cgroup %s"`, r.file, cg))
-	}
-	allocMemory, allocCPU := quantity(t, n.Status.Allocatable["memory"]), quantity(t, n.Status.Allocatable["cpu"])
-	if want := big.NewRat(memory-evictionHard, 1); allocMemory.Cmp(want) != 0 {
-		t.Errorf("the Node's allocatable memory is %s, want the task's %d less the eviction threshold %d", n.Status.Allocatable["memory"], memory, int64(evictionHard))
-	}
-	if want := big.NewRat(milliCPU, 1000); allocCPU.Cmp(want) != 0 {
-		t.Errorf("the Node's allocatable cpu is %s, want the task's %s", n.Status.Allocatable["cpu"], want.FloatString(3))
-	}
+	k.checkTaskSized(n, cg, "memory.limit_in_bytes", "cpu.cfs_quota_us", memory, milliCPU)
 	before := k.size(cg)
 	if before.kubepodsMemory > memory {
 		t.Errorf("the kubepods cgroup's memory limit %d is above the task's %d", before.kubepodsMemory, memory)
@@ -702,6 +692,26 @@ func TestNodeImageInDockerAsAMesosTask(t *testing.T) {
 			t.Fatal("the agent's docker run did not end within 30s of its container")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkTaskSized checks that nodeinit sized the Node n to a task's memory
+// and CPU, which it read from memoryFile and cpuFile of the task's cgroup
+// cg: the Node's allocatable is the task's memory less the eviction
+// threshold, and its CPUs.
+func (k *kubeNode) checkTaskSized(n node, cg, memoryFile, cpuFile string, memory, milliCPU int64) {
+	t := k.t
+	t.Helper()
+	for _, r := range []struct{ resource, file string }{{"memory", memoryFile}, {"cpu", cpuFile}} {
+		k.waitLog(0, 0, `"Sizing the node to its container's limit"`, fmt.Sprintf("resource=%q", r.resource),
+			fmt.Sprintf(`limitFrom="%s of cgroup %s"`, r.file, cg))
+	}
+	allocMemory, allocCPU := quantity(t, n.Status.Allocatable["memory"]), quantity(t, n.Status.Allocatable["cpu"])
+	if want := big.NewRat(memory-evictionHard, 1); allocMemory.Cmp(want) != 0 {
+		t.Errorf("the Node's allocatable memory is %s, want the task's %d less the eviction threshold %d", n.Status.Allocatable["memory"], memory, int64(evictionHard))
+	}
+	if want := big.NewRat(milliCPU, 1000); allocCPU.Cmp(want) != 0 {
+		t.Errorf("the Node's allocatable cpu is %s, want the task's %s", n.Status.Allocatable["cpu"], want.FloatString(3))
 	}
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the guest of the VM suite: a Debian bookworm systemd host (cgroup v2
-# only, containerd with the systemd cgroup driver, podman, sshd) made from
+# only, containerd with the systemd cgroup driver, podman, Docker, sshd) made from
 # Debian's packages alone with mmdebstrap, as an ext4 disk image made with
 # mke2fs -d (no loop device, no mount), with the guest's kernel and initrd
 # beside it and an ssh key made for this image. Cached outside the work tree,
@@ -69,6 +69,9 @@ done
 # network-online.target waiting for it; the socat forward to the API server
 # starts at boot. Timers that would compete for the slow guest's CPU go.
 systemctl --root="$rootfs" enable systemd-networkd.service systemd-networkd-wait-online.service apiserver-forward.service ssh.service containerd.service >/dev/null
+# Docker's engine starts when a test asks for it (systemctl start docker),
+# not at every boot of the slow guest.
+systemctl --root="$rootfs" disable docker.service docker.socket >/dev/null
 systemctl --root="$rootfs" mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer >/dev/null 2>&1 || true
 # No swap: the guest has no swap partition or file; mask the target so
 # nothing turns one on.
