@@ -129,6 +129,9 @@ type hostNode struct {
 	k       *kubeNode
 	kubelet *kubeletLoop
 	proxy   *server
+	// guest is the modern host's VM when the node is there: its own
+	// kubelet and kube-proxy are the guest's systemd units.
+	guest *vm
 }
 
 // startHostNode writes the node's files where the DaemonSet's hostPath
@@ -326,6 +329,9 @@ func (c *cluster) importNodeImage(t *testing.T) {
 // socket and root are not under /run and /var/lib.
 func (h *hostNode) daemonSet(image string) *appsv1.DaemonSet {
 	h.t.Helper()
+	if h.guest != nil {
+		return h.guestDaemonSet(image)
+	}
 	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(h.t), "images/node/daemonset.yaml"))
 	must(h.t, err)
 	var ds appsv1.DaemonSet
@@ -484,7 +490,9 @@ func (h *hostNode) waitHandover(m *monitor, who string, start time.Time, want fu
 		time.Sleep(100 * time.Millisecond)
 	}
 	h.t.Logf("%s took the node; the lock since the step began:\n%s", who, m.handoverSince(start))
-	if hd, _ := m.holder(); hd.pod != "" {
+	if hd, _ := m.holder(); hd.pod != "" && h.guest != nil {
+		h.checkGuestPodNode(hd)
+	} else if hd.pod != "" {
 		h.checkPodNode(hd)
 	}
 }
@@ -658,12 +666,17 @@ func (h *hostNode) monitor(ip string) *monitor {
 // watchService starts the part of the monitor that any node has: a
 // request to the Service at ip every 50 ms and the Node's Ready condition.
 func watchService(h *hostNode, ip string) *monitor {
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &monitor{h: h, ctx: ctx, cancel: cancel, begun: time.Now(), podLogs: map[string]string{}}
+	m := newMonitor(h)
 	m.wg.Add(2)
-	go m.request(ctx, ip)
-	go m.watchNode(ctx)
+	go m.request(m.ctx, ip)
+	go m.watchNode(m.ctx)
 	return m
+}
+
+// newMonitor is a monitor of h's node that watches nothing yet.
+func newMonitor(h *hostNode) *monitor {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &monitor{h: h, ctx: ctx, cancel: cancel, begun: time.Now(), podLogs: map[string]string{}}
 }
 
 func (m *monitor) stop() {
@@ -865,6 +878,9 @@ func (m *monitor) handoverSince(start time.Time) string {
 			}
 		}
 		b.WriteString("\n")
+	}
+	if m.h.kubelet == nil {
+		return strings.TrimRight(b.String(), "\n")
 	}
 	for _, r := range m.h.kubelet.history() {
 		if r.ended.After(start) {
@@ -1091,6 +1107,10 @@ func (h *hostNode) checkOldPods(m *monitor) {
 // diagnoseWeb logs what each web pod serves, asked directly, and what its
 // container has in /www, for a failed request.
 func (h *hostNode) diagnoseWeb() {
+	if h.guest != nil {
+		h.t.Logf("the Service's rules in the guest:\n%s", grepLines(h.guest.ssh("iptables-save -t nat"), "default/web"))
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var list struct{ Items []pod }

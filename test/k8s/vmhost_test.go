@@ -70,17 +70,11 @@ const (
 // Without it (--drain-on-host-shutdown=false), nodeinit says so, holds no
 // lock on the guest's logind, and no marker comes before the power-down:
 // the guest's systemd stops the container and the pods' scopes on its own.
-func (c *cluster) checkHostShutdown(t *testing.T, share string, drain bool) {
+func (c *cluster) checkHostShutdown(t *testing.T, share, disk string, drain bool) {
 	dir := t.TempDir()
-	v := bootNodeHost(t, dir, share)
+	v := bootNodeHost(t, dir, share, disk)
 
-	v.ssh(fmt.Sprintf(`set -e; mkdir -p /etc/systemd/logind.conf.d
-printf '[Login]\nInhibitDelayMaxSec=%d\n' > /etc/systemd/logind.conf.d/90-node.conf
-systemctl restart systemd-logind`, hostDelaySec))
-	want := fmt.Sprintf("t %d", hostDelaySec*1000000)
-	if got := strings.TrimSpace(v.ssh("busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager InhibitDelayMaxUSec")); got != want {
-		t.Fatalf("the guest's logind has InhibitDelayMaxUSec %q after the drop-in; want %q", got, want)
-	}
+	setGuestInhibitDelay(t, v)
 
 	flags := []string{"--graceful-node-shutdown"}
 	if !drain {
@@ -131,72 +125,12 @@ systemctl restart systemd-logind`, hostDelaySec))
 		}
 	}
 
-	// The guest's journal as it comes, into the shared folder, from a unit
-	// the shutdown's transaction does not stop (no default dependencies):
-	// it runs until systemd-shutdown's last kill, so it shows what the
-	// guest's systemd waited for.
-	hostJournal := filepath.Join(k.dir, "journal.log")
-	v.ssh(fmt.Sprintf("systemd-run --quiet --unit=journal-follow --collect -p DefaultDependencies=no sh -c 'exec journalctl -f -n 0 -o short-monotonic > %s 2>&1'",
-		guestShare+"/"+filepath.Base(k.dir)+"/journal.log"))
-
-	before, err := os.ReadFile(v.console())
-	must(t, err)
-	if strings.Contains(string(before), hostDrainMarker) {
-		t.Fatalf("the console shows %s before the guest's shutdown", hostDrainMarker)
-	}
-	poweroff := time.Now()
-	if out, err := v.sshTimeout(time.Minute, "systemctl poweroff --no-block"); err != nil {
-		// The guest may close the connection as it goes down.
-		t.Logf("systemctl poweroff: %s %v", out, err)
-	}
-	var marker, down time.Duration
-	var after string
-	for deadline := poweroff.Add(guestPowerOffBound); down == 0; time.Sleep(100 * time.Millisecond) {
-		b, _ := os.ReadFile(v.console())
-		after = string(b[min(len(before), len(b)):])
-		if marker == 0 && strings.Contains(after, hostDrainMarker) {
-			marker = time.Since(poweroff)
-		}
-		if i := strings.Index(after, guestPowerDown); i >= 0 {
-			down = time.Since(poweroff)
-			// Both may be seen in one read: the order is the console's.
-			if j := strings.Index(after, hostDrainMarker); j > i {
-				marker = 0
-			}
-		}
-		if down == 0 && (!v.qemu.running() || time.Now().After(deadline)) {
-			t.Errorf("the guest did not power off within %v of systemctl poweroff (qemu running: %v)", guestPowerOffBound, v.qemu.running())
-			break
-		}
-	}
-	select {
-	case <-v.qemu.done:
-	case <-time.After(guestQemuExitBound):
-		t.Errorf("qemu still runs %v after the guest's power-down", guestQemuExitBound)
-	}
-	if down == 0 {
+	off := powerOffGuest(t, v, k.dir)
+	if off.down == 0 {
 		// A hung guest: the cleanup's stop of qemu kills it.
 		return
 	}
-
-	// What took the guest's time to stop: systemd's stop jobs, its
-	// killing of what did not stop, the kernel's last lines.
-	var slow []string
-	for l := range strings.SplitSeq(after, "\n") {
-		for _, w := range []string{"stop job", "timed out", "Killing", "SIGKILL"} {
-			if strings.Contains(l, w) {
-				slow = append(slow, strings.TrimSpace(l))
-				break
-			}
-		}
-	}
-	t.Logf("the guest's console after systemctl poweroff: what waited (stop jobs, timeouts, kills):\n%s\nlast lines:\n%s",
-		testenv.Tail(strings.Join(slow, "\n"), 20), testenv.Tail(after, 30))
-	if b, err := os.ReadFile(hostJournal); err != nil {
-		t.Logf("the guest's journal: %v", err)
-	} else {
-		t.Logf("the guest's journal during the shutdown, around its longest wait:\n%s", longestWait(string(b), 12))
-	}
+	marker, down := off.marker, off.down
 	log := k.log()
 	mode := map[bool]string{true: "with the drain", false: "without the drain (--drain-on-host-shutdown=false)"}[drain]
 	if marker > 0 {
@@ -217,6 +151,101 @@ systemctl restart systemd-logind`, hostDelaySec))
 	} else if marker > 0 {
 		t.Errorf("with --drain-on-host-shutdown=false the preStop hook wrote %s before the power-down (%v after poweroff)", hostDrainMarker, marker)
 	}
+}
+
+// setGuestInhibitDelay raises the guest's logind's InhibitDelayMaxSec to
+// hostDelaySec with a drop-in, as a node's host is configured for the
+// kubelet's shutdownGracePeriod.
+func setGuestInhibitDelay(t *testing.T, v *vm) {
+	t.Helper()
+	v.ssh(fmt.Sprintf(`set -e; mkdir -p /etc/systemd/logind.conf.d
+printf '[Login]\nInhibitDelayMaxSec=%d\n' > /etc/systemd/logind.conf.d/90-node.conf
+systemctl restart systemd-logind`, hostDelaySec))
+	want := fmt.Sprintf("t %d", hostDelaySec*1000000)
+	if got := strings.TrimSpace(v.ssh("busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager InhibitDelayMaxUSec")); got != want {
+		t.Fatalf("the guest's logind has InhibitDelayMaxUSec %q after the drop-in; want %q", got, want)
+	}
+}
+
+// guestPowerOff is what a guest's systemctl poweroff showed: when the
+// preStop marker and the kernel's power-down reached the console, after
+// the poweroff (0: not before the power-down), and the console's lines
+// after it.
+type guestPowerOff struct {
+	marker, down time.Duration
+	after        string
+}
+
+// powerOffGuest powers the guest off with systemctl poweroff, through its
+// logind, and watches its console for hostDrainMarker and the kernel's
+// power-down, bounded by guestPowerOffBound. The guest's journal follows
+// into dir (a directory in the shared folder) from a unit the shutdown's
+// transaction does not stop (no default dependencies): it runs until
+// systemd-shutdown's last kill, so it shows what the guest's systemd
+// waited for. It logs what waited and the journal around the longest wait.
+func powerOffGuest(t *testing.T, v *vm, dir string) guestPowerOff {
+	t.Helper()
+	hostJournal := filepath.Join(dir, "journal.log")
+	v.ssh(fmt.Sprintf("systemd-run --quiet --unit=journal-follow --collect -p DefaultDependencies=no sh -c 'exec journalctl -f -n 0 -o short-monotonic > %s 2>&1'",
+		guestShare+"/"+filepath.Base(dir)+"/journal.log"))
+
+	before, err := os.ReadFile(v.console())
+	must(t, err)
+	if strings.Contains(string(before), hostDrainMarker) {
+		t.Fatalf("the console shows %s before the guest's shutdown", hostDrainMarker)
+	}
+	var off guestPowerOff
+	poweroff := time.Now()
+	if out, err := v.sshTimeout(time.Minute, "systemctl poweroff --no-block"); err != nil {
+		// The guest may close the connection as it goes down.
+		t.Logf("systemctl poweroff: %s %v", out, err)
+	}
+	for deadline := poweroff.Add(guestPowerOffBound); off.down == 0; time.Sleep(100 * time.Millisecond) {
+		b, _ := os.ReadFile(v.console())
+		off.after = string(b[min(len(before), len(b)):])
+		if off.marker == 0 && strings.Contains(off.after, hostDrainMarker) {
+			off.marker = time.Since(poweroff)
+		}
+		if i := strings.Index(off.after, guestPowerDown); i >= 0 {
+			off.down = time.Since(poweroff)
+			// Both may be seen in one read: the order is the console's.
+			if j := strings.Index(off.after, hostDrainMarker); j > i {
+				off.marker = 0
+			}
+		}
+		if off.down == 0 && (!v.qemu.running() || time.Now().After(deadline)) {
+			t.Errorf("the guest did not power off within %v of systemctl poweroff (qemu running: %v)", guestPowerOffBound, v.qemu.running())
+			break
+		}
+	}
+	select {
+	case <-v.qemu.done:
+	case <-time.After(guestQemuExitBound):
+		t.Errorf("qemu still runs %v after the guest's power-down", guestQemuExitBound)
+	}
+	if off.down == 0 {
+		return off
+	}
+
+	// What took the guest's time to stop: systemd's stop jobs, its
+	// killing of what did not stop, the kernel's last lines.
+	var slow []string
+	for l := range strings.SplitSeq(off.after, "\n") {
+		for _, w := range []string{"stop job", "timed out", "Killing", "SIGKILL"} {
+			if strings.Contains(l, w) {
+				slow = append(slow, strings.TrimSpace(l))
+				break
+			}
+		}
+	}
+	t.Logf("the guest's console after systemctl poweroff: what waited (stop jobs, timeouts, kills):\n%s\nlast lines:\n%s",
+		testenv.Tail(strings.Join(slow, "\n"), 20), testenv.Tail(off.after, 30))
+	if b, err := os.ReadFile(hostJournal); err != nil {
+		t.Logf("the guest's journal: %v", err)
+	} else {
+		t.Logf("the guest's journal during the shutdown, around its longest wait:\n%s", longestWait(string(b), 12))
+	}
+	return off
 }
 
 // shutdownLines are nodeinit's own lines (klog's pid 1) of a node's log

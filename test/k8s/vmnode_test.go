@@ -68,11 +68,12 @@ func TestModernHost(t *testing.T) {
 	start := time.Now()
 	c.fillShare(t, share)
 	t.Logf("shared folder filled (kubelet, kube-proxy, crictl, nodeinit, node image, pod images) in %v", time.Since(start).Round(100*time.Millisecond))
+	disk := loadedDisk(t, t.TempDir(), share)
 
 	// The cases that leave the guest as they found it share one guest; the
 	// host's shutdown powers its guest off, so each of its cases boots its own.
 	t.Run("guest", func(t *testing.T) {
-		v := bootNodeHost(t, t.TempDir(), share)
+		v := bootNodeHost(t, t.TempDir(), share, disk)
 		t.Run("facts", func(t *testing.T) { checkModernFacts(t, v) })
 		t.Run("node image", func(t *testing.T) {
 			k := c.runGuestNode(t, v, "")
@@ -112,9 +113,11 @@ func TestModernHost(t *testing.T) {
 			t.Run("node image", func(t *testing.T) { c.checkGuestDockerNode(t, v) })
 			t.Run("mesos task", func(t *testing.T) { c.checkGuestMesosTask(t, v) })
 		})
+		// The DaemonSet's last step powers the guest off.
+		t.Run("daemonset", func(t *testing.T) { c.checkGuestDaemonSet(t, v) })
 	})
-	t.Run("host shutdown drains the node", func(t *testing.T) { c.checkHostShutdown(t, share, true) })
-	t.Run("host shutdown without the drain", func(t *testing.T) { c.checkHostShutdown(t, share, false) })
+	t.Run("host shutdown drains the node", func(t *testing.T) { c.checkHostShutdown(t, share, disk, true) })
+	t.Run("host shutdown without the drain", func(t *testing.T) { c.checkHostShutdown(t, share, disk, false) })
 }
 
 // cmdAccel is the accelerator qemu was started with.

@@ -1,0 +1,517 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"bufio"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeinit/nodeinit/test/testenv"
+)
+
+// The node's own kubelet on the modern host, installed as kubeadm installs
+// it: the kubelet package's unit (Restart=always, 10 s between restarts)
+// and kubeadm's drop-in, whose KUBELET_EXTRA_ARGS come from
+// /etc/default/kubelet, the file kubeadm leaves to the operator.
+const (
+	guestKubeletUnit = `[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Documentation=https://kubernetes.io/docs/
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/bin/kubelet
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+`
+	guestKubeadmDropIn = `[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+`
+	// guestKubeletExtraArgs are what docs/daemonset.md tells the node's
+	// own kubelet to run with.
+	guestKubeletExtraArgs = "KUBELET_EXTRA_ARGS=--lock-file=" + kubeletLock + " --exit-on-lock-contention\n"
+	// guestKubeProxyUnit is the node's own kube-proxy, which keeps the
+	// node's Services before, during and after the DaemonSet's. With the
+	// pods' CIDR (the guest's CNI network), as kubeadm configures it, it
+	// masquerades what the node itself sends to a Service.
+	guestKubeProxyUnit = `[Unit]
+Description=kube-proxy: the node's own
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/bin/kube-proxy --kubeconfig=/etc/kubernetes/kube-proxy.conf --proxy-mode=iptables --cluster-cidr=` + podCIDR + `
+Restart=always
+RestartSec=5
+`
+)
+
+// guestWatch is what the test watches inside the guest, where the
+// Service's ClusterIP and the lock file are: a request to the Service
+// every 100 ms (HTTP/1.0 through bash's /dev/tcp, a second to answer), the holder of the
+// kubelet's lock from /proc/locks every 100 ms (its pid and cgroup: the
+// kubelet unit's or a pod's; never opening the file, whose open is the
+// contention the node's kubelet exits on), and every 2 s a copy of the
+// DaemonSet pods' logs, which go with their pods. Times are the guest's
+// clock, the kubelets' too. Arguments: the Service's IP, the directory in
+// the shared folder.
+const guestWatch = `ip=$1 out=$2
+mkdir -p "$out/pods"
+while :; do
+  status=$(timeout 1 bash -c 'exec 3<>/dev/tcp/$0/80 && printf "GET / HTTP/1.0\r\n\r\n" >&3 && head -n 1 <&3' "$ip" 2>&1 | tr -d '\r\n')
+  case "$status" in
+  "HTTP/1."?" 200 "*) echo "$(date +%s.%N) ok" ;;
+  *) echo "$(date +%s.%N) fail ${status:-no answer within 1 s}" ;;
+  esac
+  sleep 0.1
+done >> "$out/requests.log" &
+last= n=0
+while :; do
+  who=none
+  ino=$(stat -c %i ` + kubeletLock + ` 2>/dev/null) || ino=
+  if [ -n "$ino" ]; then
+    while read -r _ kind _ _ pid dev _; do
+      [ "$kind" = FLOCK ] && [ "${dev##*:}" = "$ino" ] || continue
+      cg=$(cat /proc/$pid/cgroup 2>/dev/null)
+      case "$cg" in
+      *kubelet.service*) who="host $pid" ;;
+      *-pod*) u=${cg##*-pod}; u=${u%%.slice*}; who="pod $(echo "$u" | tr _ -) $pid" ;;
+      *) who="other $pid ${cg#0::}" ;;
+      esac
+    done < /proc/locks
+  fi
+  if [ "$who" != "$last" ]; then echo "$(date +%s.%N) $who" >> "$out/lock.log"; last=$who; fi
+  n=$((n + 1))
+  if [ $((n % 20)) = 0 ]; then
+    for f in /var/log/pods/kube-system_nodeinit-node-*/node/*.log; do
+      [ -f "$f" ] || continue
+      d=${f#/var/log/pods/}; cp "$f" "$out/pods/${d%%/*}-${f##*/}.tmp" && mv "$out/pods/${d%%/*}-${f##*/}.tmp" "$out/pods/${d%%/*}-${f##*/}"
+    done
+  fi
+  sleep 0.1
+done
+`
+
+// checkGuestDaemonSet runs images/node/daemonset.yaml on the modern host:
+// the node's own kubelet (kubeadm's unit and drop-in, the systemd cgroup
+// driver, --lock-file and --exit-on-lock-contention) and kube-proxy run
+// under the guest's systemd with a 2-replica Deployment behind a Service
+// and a static pod; the DaemonSet's pod takes the node, and the node's own
+// kubelet takes it back when the DaemonSet is deleted, with no workload
+// container restarted and no request to the Service failed, the Node Ready
+// throughout. Then the DaemonSet again, whose pod's kubelet holds its delay
+// lock on the guest's logind itself (the host's /run is mounted), and the
+// guest's systemctl poweroff: the pods' preStop hook runs before the
+// power-down. This powers the guest off: it is the guest's last case.
+func (c *cluster) checkGuestDaemonSet(t *testing.T, v *vm) {
+	h := c.startGuestHostNode(t, v)
+	k := h.k
+	_, took := k.waitGuestReady(5 * time.Minute)
+	t.Logf("the node's own kubelet (kubelet.service): Node Ready %v after its start", took.Round(100*time.Millisecond))
+	k.deployWeb()
+	k.waitPods("app=web", 2, 5*time.Minute)
+	k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 5*time.Minute)
+	ip := k.clusterIP()
+	before := k.workloadContainers()
+	m := h.guestMonitor(ip)
+	defer m.stop()
+	m.waitServed(2 * time.Minute)
+
+	t.Run("handover", func(t *testing.T) {
+		defer h.use(t, m)()
+		start := time.Now()
+		h.createDaemonSet(nodeImage)
+		h.waitHandover(m.monitor, "the DaemonSet's pod", start, func(hd holder) bool { return hd.pod != "" }, 5*time.Minute)
+		h.checkWorkload(before, "after the DaemonSet took the node")
+
+		start = time.Now()
+		h.deleteDaemonSet()
+		h.waitHandover(m.monitor, "the node's own kubelet", start, func(hd holder) bool { return hd.host }, 5*time.Minute)
+		h.waitNoDaemonSetPods(2 * time.Minute)
+		h.checkWorkload(before, "after the DaemonSet was deleted")
+		m.read()
+		m.report(t)
+		h.checkNodeIdentity(m.monitor)
+		for _, f := range m.podLogFiles() {
+			checkNodePodEnded(t, f, m.podLog(f))
+		}
+		if n := len(m.podLogFiles()); n != 1 {
+			t.Errorf("the logs of %d DaemonSet pods were seen; want 1", n)
+		}
+		t.Logf("the node's own kubelet.service: %s", strings.Join(strings.Fields(v.ssh("systemctl show --property=NRestarts,ActiveState,MainPID kubelet")), ", "))
+	})
+
+	t.Run("host shutdown", func(t *testing.T) {
+		defer h.use(t, m)()
+		start := time.Now()
+		h.createDaemonSet(nodeImage)
+		h.waitHandover(m.monitor, "the DaemonSet's pod", start, func(hd holder) bool { return hd.pod != "" }, 5*time.Minute)
+		hd, _ := m.holder()
+		// The pod's kubelet, with the host's /run, talks to the guest's
+		// logind itself: its delay lock is there, and nodeinit has none
+		// (--graceful-node-shutdown is off in the DaemonSet).
+		locks := ""
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(2 * time.Second) {
+			locks = v.ssh("systemd-inhibit --list --no-pager --mode=delay")
+			if strings.Contains(locks, "Kubelet needs time") || time.Now().After(deadline) {
+				break
+			}
+		}
+		t.Logf("the guest's delay locks (systemd-inhibit --list):\n%s", strings.TrimSpace(locks))
+		if !slices.ContainsFunc(strings.Split(locks, "\n"), func(l string) bool {
+			return strings.Contains(l, "Kubelet needs time") && slices.Contains(strings.Fields(l), strconv.Itoa(hd.pid))
+		}) {
+			t.Fatalf("the DaemonSet pod's kubelet (pid %d) holds no delay lock on the guest's logind", hd.pid)
+		}
+		if strings.Contains(locks, "nodeinit") {
+			t.Errorf("nodeinit holds a delay lock on the guest's logind without --graceful-node-shutdown")
+		}
+		k.create("/api/v1/namespaces/default/pods", "hostdrain", hostDrainPod)
+		k.waitPods("metadata.name=hostdrain", 1, 5*time.Minute)
+		m.stop()
+		off := powerOffGuest(t, v, m.dir)
+		if off.down == 0 {
+			return
+		}
+		if off.marker == 0 {
+			t.Errorf("the pod's preStop hook did not write %s to the console before %q: the host's shutdown did not drain the DaemonSet's node", hostDrainMarker, guestPowerDown)
+			return
+		}
+		t.Logf("the host's shutdown, the node as the DaemonSet's pod: systemctl poweroff to the preStop marker on the console %v, to the kernel's power-down %v",
+			off.marker.Round(100*time.Millisecond), off.down.Round(100*time.Millisecond))
+	})
+}
+
+// use makes t the test of h, its node and its watch, for a subtest, and
+// returns what puts the parent back.
+func (h *hostNode) use(t *testing.T, w *guestWatcher) func() {
+	parent := h.t
+	h.t, h.k.t, w.t = t, t, t
+	return func() { h.t, h.k.t, w.t = parent, parent, parent }
+}
+
+// startGuestHostNode installs the node's own kubelet and kube-proxy in the
+// guest's systemd with the node's files (writeGuestNodeFiles: the
+// kubelet's systemd cgroup driver and a 30 s shutdownGracePeriod), loads
+// nf_conntrack at boot and now (kube-proxy sets its limits there) and
+// starts both units; the DaemonSet's image is in the guest's containerd
+// (loadedDisk). When the test ends the units are removed and the guest put
+// back.
+func (c *cluster) startGuestHostNode(t *testing.T, v *vm) *hostNode {
+	t.Helper()
+	files := c.writeGuestNodeFiles(t, v, vmKubeletConfig+kubeletShutdown)
+	k := &kubeNode{t: t, c: c, dir: files, started: time.Now()}
+	h := &hostNode{t: t, c: c, k: k, guest: v}
+	k.created = append(k.created, daemonSets+"/nodeinit-node", "/api/v1/namespaces/kube-system/pods?labelSelector="+url.QueryEscape(daemonSetPod))
+	remove := "systemctl stop kubelet kube-proxy node-watch; rm -rf /etc/systemd/system/kubelet.service /etc/systemd/system/kubelet.service.d /etc/systemd/system/kube-proxy.service /etc/default/kubelet " + kubeletLock +
+		" /etc/modules-load.d/kube-proxy.conf; systemctl daemon-reload"
+	t.Cleanup(func() { c.removeGuestNode(t, v, k, remove) })
+	start := time.Now()
+	v.ssh(fmt.Sprintf(`set -e
+install -m 0755 %[1]s/k8s/kubelet /usr/bin/kubelet
+install -m 0755 %[1]s/k8s/kube-proxy /usr/bin/kube-proxy
+cat > /etc/systemd/system/kubelet.service <<'EOF'
+%[2]sEOF
+mkdir -p /etc/systemd/system/kubelet.service.d
+cat > /etc/systemd/system/kubelet.service.d/10-kubeadm.conf <<'EOF'
+%[3]sEOF
+cat > /etc/default/kubelet <<'EOF'
+%[4]sEOF
+cat > /etc/systemd/system/kube-proxy.service <<'EOF'
+%[5]sEOF
+echo nf_conntrack > /etc/modules-load.d/kube-proxy.conf
+modprobe nf_conntrack
+systemctl daemon-reload`, guestShare, guestKubeletUnit, guestKubeadmDropIn, guestKubeletExtraArgs, guestKubeProxyUnit))
+	t.Logf("the node's own kubelet and kube-proxy installed as units in %v", time.Since(start).Round(100*time.Millisecond))
+	setGuestInhibitDelay(t, v)
+	k.started = time.Now()
+	v.ssh("systemctl start kube-proxy.service kubelet.service")
+	// The node's kubelet is between its restarts now and then; the node
+	// ends when either unit fails for good.
+	k.running = func() bool {
+		out, _ := v.sshTimeout(time.Minute, "systemctl is-failed kubelet.service kube-proxy.service")
+		return !strings.Contains(out, "failed")
+	}
+	k.log = func() string {
+		out, err := v.sshTimeout(time.Minute, "journalctl --no-pager -o cat -u kubelet.service -n 400")
+		if err != nil {
+			return out + "\n" + err.Error()
+		}
+		return out
+	}
+	return h
+}
+
+// guestDaemonSet is images/node/daemonset.yaml as docs/daemonset.md tells
+// an operator to fill it in for a node that keeps its own kube-proxy: the
+// image, and the pod's kube-proxy's healthz and metrics on other ports,
+// and the pods' CIDR the node's kube-proxy has: both write the same rules.
+// The guest's node needs nothing else: its name is the guest's hostname,
+// its address the only one, its containerd where the manifest mounts it.
+func (h *hostNode) guestDaemonSet(image string) *appsv1.DaemonSet {
+	h.t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(h.t), "images/node/daemonset.yaml"))
+	must(h.t, err)
+	var ds appsv1.DaemonSet
+	must(h.t, yaml.UnmarshalStrict(b, &ds))
+	ctr := &ds.Spec.Template.Spec.Containers[0]
+	ctr.Image = image
+	sep := slices.Index(ctr.Args, "--")
+	if sep < 0 {
+		h.t.Fatalf("the DaemonSet's args %q have no -- before the kubelet's command line", ctr.Args)
+	}
+	ctr.Args = slices.Insert(ctr.Args, sep, "--proxy-arg=--cluster-cidr="+podCIDR,
+		"--proxy-arg=--healthz-bind-address=127.0.0.1:10266", "--proxy-arg=--metrics-bind-address=127.0.0.1:10269")
+	return &ds
+}
+
+// checkGuestPodNode is checkPodNode in the guest: the kubelet that holds
+// the lock is nodeinit's child, beside kube-proxy, without --cgroup-root
+// or --exit-on-lock-contention.
+func (h *hostNode) checkGuestPodNode(hd holder) {
+	h.t.Helper()
+	for _, p := range h.daemonSetPods() {
+		if p.Metadata.UID != hd.pod {
+			continue
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			h.t.Logf("DaemonSet pod %s, container %s: %s restartCount=%d", p.Metadata.Name, s.Name, s.ContainerID, s.RestartCount)
+			if s.RestartCount != 0 {
+				h.t.Errorf("the DaemonSet pod's container %s restarted %d times", s.Name, s.RestartCount)
+			}
+		}
+	}
+	out := h.guest.ssh(fmt.Sprintf(`p=$(ps -o ppid= -p %[1]d | tr -d ' '); echo "$p $(cat /proc/$p/comm) $(pgrep -P $p -x kube-proxy)"; cat /proc/%[1]d/cgroup; tr '\0' ' ' < /proc/%[1]d/cmdline`, hd.pid))
+	lines := strings.SplitN(out, "\n", 3)
+	if len(lines) < 3 {
+		h.t.Fatalf("the pod's kubelet (pid %d) in the guest: %q", hd.pid, out)
+	}
+	parent := strings.Fields(lines[0])
+	if len(parent) < 3 || parent[1] != "nodeinit" {
+		h.t.Errorf("the pod's kubelet (pid %d) is a child of %q; want nodeinit's, with kube-proxy beside it", hd.pid, lines[0])
+	}
+	for _, a := range strings.Fields(lines[2]) {
+		if strings.HasPrefix(a, "--cgroup-root") || a == "--exit-on-lock-contention" {
+			h.t.Errorf("the pod's kubelet runs with %s: %q", a, lines[2])
+		}
+	}
+	h.t.Logf("the pod's kubelet (pid %d, nodeinit and kube-proxy %v) in %s: %s", hd.pid, parent, strings.TrimPrefix(strings.TrimSpace(lines[1]), "0::"), strings.TrimSpace(lines[2]))
+}
+
+// guestWatcher feeds a monitor from what guestWatch writes into the shared
+// folder, and watches the Node and its lease from here.
+type guestWatcher struct {
+	*monitor
+	t       *testing.T
+	v       *vm
+	dir     string // guestWatch's directory, as this machine sees it
+	offsets map[string]int64
+	done    chan struct{}
+}
+
+// guestMonitor starts guestWatch in the guest, as a unit, and the
+// monitor's Node and lease watches here; it reads the guest's records
+// every 250 ms.
+func (h *hostNode) guestMonitor(ip string) *guestWatcher {
+	m := watchNodeOnly(h)
+	m.wg.Add(1)
+	go m.watchLease(m.ctx)
+	w := &guestWatcher{monitor: m, t: h.t, v: h.guest, dir: filepath.Join(h.guest.share, "watch-"+strconv.FormatInt(time.Now().UnixNano(), 36)),
+		offsets: map[string]int64{}, done: make(chan struct{})}
+	must(h.t, os.MkdirAll(w.dir, 0o755))
+	must(h.t, os.WriteFile(filepath.Join(w.dir, "watch.sh"), []byte(guestWatch), 0o755))
+	guestDir := guestShare + "/" + filepath.Base(w.dir)
+	h.guest.ssh(fmt.Sprintf("systemd-run --quiet --unit=node-watch --collect bash %s/watch.sh %s %s", guestDir, ip, guestDir))
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-m.ctx.Done():
+				return
+			case <-tick.C:
+				w.read()
+			}
+		}
+	}()
+	return w
+}
+
+// watchNodeOnly is a monitor whose requests and lock samples come from
+// elsewhere: it watches the Node's Ready condition.
+func watchNodeOnly(h *hostNode) *monitor {
+	m := newMonitor(h)
+	m.wg.Add(1)
+	go m.watchNode(m.ctx)
+	return m
+}
+
+// read takes the guest's new records into the monitor.
+func (w *guestWatcher) read() {
+	w.lines("requests.log", func(at time.Time, f []string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.requests++
+		if f[0] != "ok" {
+			w.failures = append(w.failures, at.Format("15:04:05.000")+" "+strings.Join(f, " "))
+			w.failedAt = append(w.failedAt, at)
+		}
+	})
+	w.lines("lock.log", func(at time.Time, f []string) {
+		var hd holder
+		switch {
+		case f[0] == "host" && len(f) == 2:
+			hd.pid, _ = strconv.Atoi(f[1])
+			hd.host = true
+		case f[0] == "pod" && len(f) == 3:
+			hd.pod = f[1]
+			hd.pid, _ = strconv.Atoi(f[2])
+		case f[0] == "other" && len(f) >= 2:
+			hd.pid, _ = strconv.Atoi(f[1])
+		}
+		w.mu.Lock()
+		w.hands = append(w.hands, hand{at, hd})
+		w.samples++
+		w.mu.Unlock()
+	})
+	files, _ := filepath.Glob(filepath.Join(w.dir, "pods", "*.log"))
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			w.mu.Lock()
+			w.podLogs[f] = string(b)
+			w.mu.Unlock()
+		}
+	}
+}
+
+// lines calls fn with each whole line of the guest's record file name not
+// read before: its time (the guest's clock) and its other fields.
+func (w *guestWatcher) lines(name string, fn func(time.Time, []string)) {
+	f, err := os.Open(filepath.Join(w.dir, name))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if _, err := f.Seek(w.offsets[name], 0); err != nil {
+		return
+	}
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return // an incomplete last line is read next time
+		}
+		w.offsets[name] += int64(len(line))
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		s, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		fn(time.Unix(0, int64(s*1e9)), fields[1:])
+	}
+}
+
+// waitServed waits for the first request to the Service that the guest's
+// watch sees answered, and for the watch's first lock sample.
+func (w *guestWatcher) waitServed(timeout time.Duration) {
+	w.t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(250 * time.Millisecond) {
+		w.mu.Lock()
+		ok := w.requests > len(w.failures) && len(w.hands) > 0
+		w.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.mu.Lock()
+			requests, failures, samples := w.requests, slices.Clone(w.failures), len(w.hands)
+			w.mu.Unlock()
+			out, _ := w.v.sshTimeout(time.Minute, "systemctl status --no-pager node-watch kube-proxy; iptables-save -t nat | grep default/web")
+			w.t.Fatalf("the guest's watch within %v: %d requests to the Service, none answered (last: %q), %d lock samples; in the guest:\n%s",
+				timeout, requests, failures[max(0, len(failures)-3):], samples, out)
+		}
+	}
+}
+
+func (w *guestWatcher) stop() {
+	w.monitor.stop()
+	if w.v.qemu.running() {
+		_, _ = w.v.sshTimeout(time.Minute, "systemctl stop node-watch")
+	}
+}
+
+func (w *guestWatcher) podLogFiles() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return sortedKeys(w.podLogs)
+}
+
+func (w *guestWatcher) podLog(f string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.podLogs[f]
+}
+
+// checkNodePodEnded checks a DaemonSet pod's log (the runtime's file) after
+// its end: nodeinit got TERM, forwarded it to the kubelet, which ended,
+// then kube-proxy, and every process had ended within the pod's grace
+// period (60 s), with no drain of the node.
+func checkNodePodEnded(t *testing.T, f, log string) {
+	t.Helper()
+	lines := nodeinitLines(criLog(log))
+	find := func(msg string) (time.Duration, bool) {
+		for _, l := range lines {
+			if strings.Contains(l.text, `"`+msg+`"`) {
+				return l.at, true
+			}
+		}
+		return 0, false
+	}
+	name := filepath.Base(f)
+	term, ok := find("Forwarded signal to the executor")
+	if !ok {
+		t.Errorf("%s: no TERM forwarded to the kubelet in nodeinit's log:\n%s", name, testenv.Tail(criLog(log), 30))
+		return
+	}
+	kubelet, _ := find("Executor ended")
+	proxy, _ := find("Proxy ended")
+	all, ok := find("All processes have ended")
+	if !ok {
+		t.Errorf("%s: nodeinit did not log the end of every process:\n%s", name, testenv.Tail(criLog(log), 30))
+		return
+	}
+	t.Logf("%s: nodeinit forwarded TERM to the kubelet; the kubelet ended %v later, kube-proxy %v, all processes %v (grace period 60s)",
+		name, (kubelet - term).Round(time.Millisecond), (proxy - term).Round(time.Millisecond), (all - term).Round(time.Millisecond))
+	if all-term > 60*time.Second {
+		t.Errorf("%s: nodeinit took %v after TERM; the pod's grace period is 60s", name, all-term)
+	}
+	if _, drained := find("Draining the node before the executor stops"); drained {
+		t.Errorf("%s: nodeinit drained the node on a handover", name)
+	}
+}
