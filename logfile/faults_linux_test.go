@@ -81,6 +81,78 @@ func TestFullDiskDropsWholeWritesCountsThemLogsOnceAndRecovers(t *testing.T) {
 	}
 }
 
+// A full disk takes a write that fits in what the file's last page has
+// left: the write works, but the disk is still full, and the next longer
+// write fails. That is no recovery: the failure is logged once, and the
+// recovery once the disk has room again, counting every write dropped
+// until then.
+func TestAWriteIntoTheLastPageOfAFullDiskIsNoRecovery(t *testing.T) {
+	dir := testenv.Tmpfs(t, 256<<10)
+	logged := testenv.CaptureLog(t)
+	f := openTestFile(t, dir, Rotation{})
+	s := newStream("executor", f)
+	first := []byte(strings.Repeat("a", 99) + "\n")
+	s.write(first)
+	filler := fill(t, dir)
+	// More than the file's page has left, and less.
+	dropped := []byte(strings.Repeat("b", 4999) + "\n")
+	fits := []byte("fits in the last page\n")
+	for range 3 {
+		s.write(dropped)
+		s.write(fits)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	last := []byte("after the disk had room again\n")
+	s.write(last)
+	want := string(first) + strings.Repeat(string(fits), 3) + string(last)
+	if got := content(t, filepath.Join(dir, "executor.log")); string(got) != want {
+		t.Errorf("executor.log = %q, want %q", got, want)
+	}
+	klog.Flush()
+	log := logged.String()
+	if n := strings.Count(log, "Writing a task's output to its log file failed"); n != 1 {
+		t.Errorf("the failure was logged %d times, want once:\n%s", n, log)
+	}
+	resumed := "Writing a task's output to its log file works again"
+	counts := fmt.Sprintf("droppedLines=3 droppedBytes=%d droppedWrites=3", 3*len(dropped))
+	if n := strings.Count(log, resumed); n != 1 || !strings.Contains(log, counts) {
+		t.Errorf("the recovery was logged %d times, want once, once the disk had room, with %q:\n%s", n, counts, log)
+	}
+}
+
+// Writes that keep working for lossReportEvery after the last one dropped
+// end the loss even where the file system says it has no room (one that
+// reports no free blocks, or a full one whose writes all fit in the file's
+// last page): the loss is reported within that bound.
+func TestWritesThatWorkForAMinuteEndTheLoss(t *testing.T) {
+	dir := testenv.Tmpfs(t, 256<<10)
+	logged := testenv.CaptureLog(t)
+	f := openTestFile(t, dir, Rotation{})
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f.now = func() time.Time { return at }
+	s := newStream("executor", f)
+	s.write([]byte("before the disk filled\n"))
+	fill(t, dir)
+	s.write([]byte(strings.Repeat("b", 4999) + "\n"))
+	resumed := "Writing a task's output to its log file works again"
+	for _, after := range []time.Duration{time.Second, 30 * time.Second, lossReportEvery - time.Millisecond} {
+		at = at.Add(after - at.Sub(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
+		s.write([]byte("fits in the last page\n"))
+		klog.Flush()
+		if strings.Contains(logged.String(), resumed) {
+			t.Fatalf("a write into the last page of a full disk %v after the drop was logged as a recovery:\n%s", after, logged.String())
+		}
+	}
+	at = at.Add(time.Millisecond)
+	s.write([]byte("fits in the last page\n"))
+	klog.Flush()
+	if n := strings.Count(logged.String(), resumed); n != 1 || !strings.Contains(logged.String(), "droppedWrites=1") {
+		t.Errorf("writes that worked for %v after the drop were logged as a recovery %d times; want once, with the dropped write:\n%s", lossReportEvery, n, logged.String())
+	}
+}
+
 // A disk that has room for a write now and then (a page freed, a line that
 // fits in the file's last page) makes at most a line of nodeinit's log a
 // minute each for the failures and the recoveries, and every dropped line

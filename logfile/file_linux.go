@@ -160,6 +160,19 @@ func (f *rotatingFile) Write(p []byte) error {
 	return nil
 }
 
+// hasRoom says whether the file's file system has a free block: a write
+// that worked on a full one fitted in what the file's last page had left,
+// and the next may not. Free blocks count as root sees them (nodeinit runs
+// as root, which may write to the blocks kept for it); a file system that
+// tells nothing of its blocks has room.
+func (f *rotatingFile) hasRoom() bool {
+	var fs unix.Statfs_t
+	if f.fd < 0 || linux.Fstatfs(f.fd, &fs) != nil || fs.Blocks == 0 {
+		return true
+	}
+	return fs.Bfree > 0
+}
+
 // takeBack truncates away the written bytes of a write that failed. The
 // size comes from the file, not from the count, in case the file was
 // truncated by hand in the meantime.

@@ -44,8 +44,10 @@
 // again: the pump never stops reading, so a full disk blocks no task and
 // nothing of nodeinit's. What is dropped is counted in lines and bytes; one
 // line says when the loss starts, and one how much was lost once a write
-// works again (or when the file closes first), at most one of each a
-// minute per task however often the disk fills and frees.
+// works again with room on the disk (or when the file closes first), at
+// most one of each a minute per task however often the disk fills and
+// frees. A write that fits in the file's last page works on a full disk
+// too; it ends no loss.
 //
 // nodeinit runs as root, so its files must not be a way in: the directory
 // must be owned by root or nodeinit's user and writable by no one else

@@ -54,6 +54,7 @@ func newStream(name string, file *rotatingFile) *stream {
 // most every lossReportEvery, however the disk comes and goes.
 type loss struct {
 	since  time.Time // the first drop counted
+	last   time.Time // the last drop counted
 	writes int64
 	lines  int64 // complete lines; a line too long for the buffer is written, and dropped, in pieces
 	bytes  int64
@@ -66,7 +67,10 @@ type loss struct {
 // a line of nodeinit's log. So a loss is logged when it starts and when
 // writes work again, and a loss that starts within lossReportEvery of the
 // last report is told when it has lasted that long, with what was dropped
-// meanwhile.
+// meanwhile. A write that works while the file system still has no free
+// block fitted in the file's last page: the loss goes on, until a write
+// works with room, or writes have worked for lossReportEvery since the
+// last drop.
 const lossReportEvery = time.Minute
 
 // complete takes n new bytes at buf[s.n:] and writes everything up to the
@@ -107,7 +111,8 @@ func (s *stream) write(p []byte) {
 		s.drop(now, p, err)
 		return
 	}
-	if s.lost.writes > 0 && (s.lost.told || now.Sub(s.lastReport) >= lossReportEvery) {
+	if s.lost.writes > 0 && (s.lost.told || now.Sub(s.lastReport) >= lossReportEvery) &&
+		(now.Sub(s.lost.last) >= lossReportEvery || s.file.hasRoom()) {
 		klog.InfoS("Writing a task's output to its log file works again", append([]any{"task", s.name, "file", s.file.path()}, s.lost.report(now)...)...)
 		s.lost, s.lastReport = loss{}, now
 	}
@@ -118,6 +123,7 @@ func (s *stream) drop(now time.Time, p []byte, err error) {
 	if s.lost.writes == 0 {
 		s.lost.since = now
 	}
+	s.lost.last = now
 	s.lost.writes++
 	s.lost.lines += int64(bytes.Count(p, []byte{'\n'}))
 	s.lost.bytes += int64(len(p))

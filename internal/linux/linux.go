@@ -295,6 +295,14 @@ func Fstatat(dirfd int, name string, st *unix.Stat_t, flags int) error {
 	return nil
 }
 
+// Fstatfs is fstatfs(2).
+func Fstatfs(fd int, st *unix.Statfs_t) error {
+	if err := retry(func() error { return unix.Fstatfs(fd, st) }); err != nil {
+		return os.NewSyscallError("fstatfs", err)
+	}
+	return nil
+}
+
 // Ftruncate is ftruncate(2).
 func Ftruncate(fd int, size int64) error {
 	if err := retry(func() error { return unix.Ftruncate(fd, size) }); err != nil {

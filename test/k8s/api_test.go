@@ -279,11 +279,20 @@ type pod struct {
 		Reason, Message   string
 		PodIP             string
 		Conditions        []condition
-		ContainerStatuses []struct {
-			Name         string
-			Ready        bool
-			RestartCount int
-			ContainerID  string
+		ContainerStatuses []containerStatus
+	}
+}
+
+// containerStatus is one container's status in its pod's.
+type containerStatus struct {
+	Name         string
+	Ready        bool
+	RestartCount int
+	ContainerID  string
+	LastState    struct {
+		Terminated *struct {
+			ExitCode int
+			Reason   string
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -52,14 +53,16 @@ const (
 // --exit-on-lock-contention (restarted by the test when it exits, as an
 // init system would), and runs a 2-replica Deployment behind a ClusterIP
 // Service and a static pod. The node image, imported into containerd, is
-// deployed with the manifest; its kubelet takes the node over, the
-// DaemonSet is rolled to a new image tag, then deleted, and the node's own
-// kubelet takes the node back. Throughout, the host requests the Service
+// deployed with the manifest; its kubelet takes the node over; it is
+// killed with SIGKILL, and the pod's container, restarted by the node's
+// own kubelet, takes the node back; the DaemonSet is rolled to a new image
+// tag, then deleted, and the node's own kubelet takes the node back. Throughout, the host requests the Service
 // every 50 ms, watches the Node, its lease and the pods, and samples the
 // lock and the kubelet's port. What must hold: no workload container
 // restarted or replaced, no request failed, the Node Ready, only the
-// lock's holder serving, and the old DaemonSet pod's nodeinit ending within
-// its grace period without draining the node.
+// lock's holder serving, the old DaemonSet pod's nodeinit ending within
+// its grace period without draining the node, and the killed kubelet's
+// nodeinit ending its container with 137, kube-proxy last.
 func TestDaemonSetTakesOverTheNodeAndHandsItBack(t *testing.T) {
 	c := getCluster(t)
 	c.buildNodeImage(t)
@@ -94,7 +97,15 @@ func TestDaemonSetTakesOverTheNodeAndHandsItBack(t *testing.T) {
 		t.Fatalf("the lock moved to %v while the DaemonSet pod's kubelet ran a pod", hd)
 	}
 
-	// 2. A rollout to a new image tag: the old pod ends on TERM, the node's
+	// 2. The pod's kubelet killed: its nodeinit ends the container with
+	// 137, the node's own kubelet (waiting on the lock in its restart loop)
+	// takes the lock and restarts the container in the same pod, and the
+	// new container's kubelet takes the node back.
+	taken, _ = m.holder()
+	h.killPodKubelet(m, taken)
+	h.checkWorkload(before, "after the pod's kubelet was killed")
+
+	// 3. A rollout to a new image tag: the old pod ends on TERM, the node's
 	// own kubelet takes the lock it leaves and starts the new pod, whose
 	// kubelet takes the node.
 	start = time.Now()
@@ -102,7 +113,7 @@ func TestDaemonSetTakesOverTheNodeAndHandsItBack(t *testing.T) {
 	h.waitHandover(m, "the rolled DaemonSet's pod", start, func(hd holder) bool { return hd.pod != "" && hd.pod != first }, 3*time.Minute)
 	h.checkWorkload(before, "after the rollout")
 
-	// 3. The DaemonSet deleted: the node's own kubelet takes the node back.
+	// 4. The DaemonSet deleted: the node's own kubelet takes the node back.
 	start = time.Now()
 	h.deleteDaemonSet()
 	h.waitHandover(m, "the node's own kubelet", start, func(hd holder) bool { return hd.host }, 2*time.Minute)
@@ -132,6 +143,9 @@ type hostNode struct {
 	// guest is the modern host's VM when the node is there: its own
 	// kubelet and kube-proxy are the guest's systemd units.
 	guest *vm
+	// killed is when the kubelet of a DaemonSet pod (by uid) was killed:
+	// that pod's container restarts once.
+	killed map[string]time.Time
 }
 
 // startHostNode writes the node's files where the DaemonSet's hostPath
@@ -150,7 +164,7 @@ func (c *cluster) startHostNode(t *testing.T) *hostNode {
 	logs := t.TempDir()
 	must(t, os.MkdirAll(filepath.Join(logs, "logs"), 0o755))
 	k := &kubeNode{t: t, c: c, dir: logs, started: time.Now()}
-	h := &hostNode{t: t, c: c, k: k}
+	h := &hostNode{t: t, c: c, k: k, killed: map[string]time.Time{}}
 
 	// Cleanups run last first: this one after the kubelet and kube-proxy
 	// are stopped and before the host is compared with how it was.
@@ -497,8 +511,101 @@ func (h *hostNode) waitHandover(m *monitor, who string, start time.Time, want fu
 	}
 }
 
+// killPodKubelet kills the kubelet of the DaemonSet pod that holds the
+// node, hd, with SIGKILL, and waits until the kubelet of that pod's
+// restarted container holds the node. Then it logs each step's time from
+// the kill: the lock free and taken by the node's own kubelet (waiting on it
+// in its restart loop) and its lease renewal, the pod's container ended
+// and started again, the new container's kubelet opening the lock (the
+// node's own kubelet exiting on it), holding it and renewing the lease.
+func (h *hostNode) killPodKubelet(m *monitor, hd holder) {
+	h.t.Helper()
+	if st, err := testenv.ReadStat(hd.pid); err != nil || st.Comm != "kubelet" {
+		h.t.Fatalf("the lock's holder %v is not a kubelet (%+v, %v)", hd, st, err)
+	}
+	old := h.podContainer(hd.pod)
+	killed := time.Now()
+	must(h.t, unix.Kill(hd.pid, unix.SIGKILL))
+	h.killed[hd.pod] = killed
+	h.t.Logf("killed the DaemonSet pod's kubelet (pid %d) with SIGKILL", hd.pid)
+	h.waitHandover(m, "the kubelet of the DaemonSet pod's restarted container", killed,
+		func(n holder) bool { return n.pod == hd.pod && n.pid != hd.pid }, 2*time.Minute)
+
+	now := h.podContainer(hd.pod)
+	if now.ContainerID == old.ContainerID {
+		h.t.Errorf("the DaemonSet pod's container is still %s after its kubelet was killed", old.ContainerID)
+	}
+	after := func(at time.Time, ok bool) string {
+		if !ok {
+			return "never seen"
+		}
+		return "+" + at.Sub(killed).Round(time.Millisecond).String()
+	}
+	free, freeOK := m.firstHand(killed, func(n holder) bool { return n.pid != hd.pid })
+	host, hostOK := m.firstHand(killed, func(n holder) bool { return n.host })
+	back, backOK := m.firstHand(killed, func(n holder) bool { return n.pod == hd.pod && n.pid != hd.pid })
+	hostRenewed, hostRenewedOK := m.renewalAfter(host)
+	backRenewed, backRenewedOK := m.renewalAfter(back)
+	ended, endedOK := h.containerTime(old.ContainerID, "finishedAt")
+	started, startedOK := h.containerTime(now.ContainerID, "startedAt")
+	opened, exited := "never seen", "never seen"
+	for _, r := range h.kubelet.history() {
+		if r.started.Before(killed) && !r.ended.IsZero() && r.ended.After(killed) {
+			at, ok := kubeletContention(r.log)
+			opened, exited = after(at, ok), after(r.ended, true)
+		}
+	}
+	h.t.Logf("the DaemonSet pod's kubelet killed (SIGKILL) at +0: the lock free %s; the node's own kubelet held it %s and renewed the lease %s; "+
+		"the pod's container %s ended %s and started again (same pod, %s) %s; its kubelet opened the lock %s, the node's own kubelet exited %s; "+
+		"the new kubelet held the lock %s and renewed the lease %s",
+		after(free, freeOK), after(host, hostOK), after(hostRenewed, hostRenewedOK && hostOK),
+		shortID(old.ContainerID), after(ended, endedOK), shortID(now.ContainerID), after(started, startedOK),
+		opened, exited, after(back, backOK), after(backRenewed, backRenewedOK && backOK))
+	if !hostOK || (backOK && back.Before(host)) {
+		h.t.Errorf("the node's own kubelet did not hold the lock between the kill and the restarted container's kubelet")
+	}
+}
+
+// podContainer is the status of the container of the DaemonSet pod with
+// uid.
+func (h *hostNode) podContainer(uid string) containerStatus {
+	h.t.Helper()
+	for _, p := range h.daemonSetPods() {
+		if p.Metadata.UID == uid && len(p.Status.ContainerStatuses) == 1 {
+			return p.Status.ContainerStatuses[0]
+		}
+	}
+	h.t.Fatalf("no DaemonSet pod %s with one container: %s", uid, podSummary(h.daemonSetPods()))
+	return containerStatus{}
+}
+
+// containerTime is a time containerd has of the container with id (a
+// CRI id, containerd:// or not): its startedAt or finishedAt.
+func (h *hostNode) containerTime(id, which string) (time.Time, bool) {
+	out, err := h.c.containerd.cri("inspect", "-o", "json", strings.TrimPrefix(id, "containerd://"))
+	if err != nil {
+		h.t.Logf("crictl inspect %s: %v", id, err)
+		return time.Time{}, false
+	}
+	var st struct{ Status map[string]any }
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		h.t.Logf("crictl inspect %s: %v", id, err)
+		return time.Time{}, false
+	}
+	v, _ := st.Status[which].(string)
+	at, err := time.Parse(time.RFC3339Nano, v)
+	return at, err == nil && at.Year() > 1970
+}
+
+// shortID is a container id's first 12 hex digits.
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "containerd://")
+	return id[:min(12, len(id))]
+}
+
 // checkPodNode checks the DaemonSet pod whose kubelet holds the lock: its
-// container has not restarted, nodeinit runs the kubelet and kube-proxy,
+// container has not restarted (or, once its kubelet was killed, restarted
+// once, after it ended with 137), nodeinit runs the kubelet and kube-proxy,
 // and the kubelet manages the node's own cgroups (no --cgroup-root of the
 // pod's cgroup, which would be another hierarchy than the node kubelet's
 // /kubepods, whose pods it would then restart).
@@ -508,10 +615,21 @@ func (h *hostNode) checkPodNode(hd holder) {
 		if p.Metadata.UID != hd.pod {
 			continue
 		}
+		restarts := 0
+		if _, ok := h.killed[hd.pod]; ok {
+			restarts = 1
+		}
 		for _, s := range p.Status.ContainerStatuses {
-			h.t.Logf("DaemonSet pod %s, container %s: %s restartCount=%d", p.Metadata.Name, s.Name, s.ContainerID, s.RestartCount)
-			if s.RestartCount != 0 {
-				h.t.Errorf("the DaemonSet pod's container %s restarted %d times", s.Name, s.RestartCount)
+			last := "none"
+			if lt := s.LastState.Terminated; lt != nil {
+				last = fmt.Sprintf("exit code %d (%s)", lt.ExitCode, lt.Reason)
+			}
+			h.t.Logf("DaemonSet pod %s, container %s: %s restartCount=%d, last ended: %s", p.Metadata.Name, s.Name, s.ContainerID, s.RestartCount, last)
+			if s.RestartCount != restarts {
+				h.t.Errorf("the DaemonSet pod's container %s restarted %d times; want %d", s.Name, s.RestartCount, restarts)
+			}
+			if restarts > 0 && (s.LastState.Terminated == nil || s.LastState.Terminated.ExitCode != 128+int(unix.SIGKILL)) {
+				h.t.Errorf("the DaemonSet pod's container %s last ended with %s; want exit code 137, its kubelet's status", s.Name, last)
 			}
 		}
 	}
@@ -850,6 +968,31 @@ func (m *monitor) holder() (holder, time.Time) {
 	return last.to, last.at
 }
 
+// firstHand is when the lock first went, after t, to a holder want
+// describes.
+func (m *monitor) firstHand(t time.Time, want func(holder) bool) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, hd := range m.hands {
+		if hd.at.After(t) && want(hd.to) {
+			return hd.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// renewalAfter is the lease's first renewal after t.
+func (m *monitor) renewalAfter(t time.Time) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.renewals {
+		if r.After(t) {
+			return r, true
+		}
+	}
+	return time.Time{}, false
+}
+
 // leaseRenewedAfter says whether the lease was renewed after t.
 func (m *monitor) leaseRenewedAfter(t time.Time) bool {
 	m.mu.Lock()
@@ -1063,44 +1206,70 @@ func (m *monitor) readyChanges() []readyChange {
 	return slices.Clone(m.ready)
 }
 
-// checkOldPods checks the logs of the DaemonSet's pods: each pod's nodeinit
-// got TERM, stopped the kubelet, then kube-proxy, and every process had
-// ended within the pod's grace period.
+// checkOldPods checks the logs of the DaemonSet's pods' containers, as
+// the monitor copied them: each container that its pod's end stopped had
+// its nodeinit get TERM, stop the kubelet, then kube-proxy, and every
+// process had ended within the pod's grace period; the container whose
+// kubelet was killed had its nodeinit log the kubelet's status (killed by
+// SIGKILL), end kube-proxy after it and exit 137.
 func (h *hostNode) checkOldPods(m *monitor) {
 	h.t.Helper()
 	m.mu.Lock()
-	logs := sortedKeys(m.podLogs)
+	logs := maps.Clone(m.podLogs)
 	m.mu.Unlock()
-	if len(logs) < 2 {
-		h.t.Errorf("the logs of %d DaemonSet pods were seen; want 2 (the first and the rolled one)", len(logs))
+	want := 2 + len(h.killed)
+	if len(logs) != want {
+		h.t.Errorf("the logs of %d DaemonSet pod containers were seen; want %d (the first pod's, the rolled one's, and one more per killed kubelet)", len(logs), want)
 	}
-	for _, f := range logs {
-		lines := nodeinitLines(criLog(m.podLogs[f]))
-		find := func(msg string) (time.Duration, bool) {
+	killed := 0
+	for _, f := range sortedKeys(logs) {
+		log := criLog(logs[f])
+		lines := nodeinitLines(log)
+		find := func(msg string) (time.Duration, string, bool) {
 			for _, l := range lines {
 				if strings.Contains(l.text, `"`+msg+`"`) {
-					return l.at, true
+					return l.at, l.text, true
 				}
 			}
-			return 0, false
+			return 0, "", false
 		}
-		term, ok := find("Forwarded signal to the executor")
+		// kube-system_<pod name>_<uid>/node/<restart count>.log
+		dir := filepath.Base(filepath.Dir(filepath.Dir(f)))
+		name := dir + "/" + filepath.Base(f)
+		uid := dir[strings.LastIndexByte(dir, '_')+1:]
+		kubelet, status, _ := find("Executor ended")
+		proxy, _, _ := find("Proxy ended")
+		all, exit, ok := find("All processes have ended")
 		if !ok {
-			h.t.Errorf("%s: no TERM forwarded to the kubelet in nodeinit's log:\n%s", f, testenv.Tail(criLog(m.podLogs[f]), 30))
+			h.t.Errorf("%s: nodeinit did not log the end of every process:\n%s", name, testenv.Tail(log, 30))
 			continue
 		}
-		kubelet, _ := find("Executor ended")
-		proxy, _ := find("Proxy ended")
-		all, ok := find("All processes have ended")
-		if !ok {
-			h.t.Errorf("%s: nodeinit did not log the end of every process:\n%s", f, testenv.Tail(criLog(m.podLogs[f]), 30))
+		if term, _, ok := find("Forwarded signal to the executor"); ok {
+			h.t.Logf("%s: nodeinit forwarded TERM to the kubelet; the kubelet ended %v later, kube-proxy %v, all processes %v (grace period 60s)",
+				name, (kubelet - term).Round(time.Millisecond), (proxy - term).Round(time.Millisecond), (all - term).Round(time.Millisecond))
+			if all-term > 60*time.Second {
+				h.t.Errorf("%s: nodeinit took %v after TERM; the pod's grace period is 60s", name, all-term)
+			}
 			continue
 		}
-		h.t.Logf("%s: nodeinit forwarded TERM to the kubelet; the kubelet ended %v later, kube-proxy %v, all processes %v (grace period 60s)",
-			filepath.Base(filepath.Dir(filepath.Dir(f))), (kubelet - term).Round(time.Millisecond), (proxy - term).Round(time.Millisecond), (all - term).Round(time.Millisecond))
-		if all-term > 60*time.Second {
-			h.t.Errorf("%s: nodeinit took %v after TERM; the pod's grace period is 60s", f, all-term)
+		at, ok := h.killed[uid]
+		if !ok || !strings.Contains(status, `status="killed by signal SIGKILL" exitCode=137`) {
+			h.t.Errorf("%s: nodeinit got no TERM, and its kubelet was not the one killed: %q\n%s", name, status, testenv.Tail(log, 30))
+			continue
 		}
+		killed++
+		kill := timeOfDay(at)
+		h.t.Logf("%s: the kubelet killed; nodeinit logged its end %v after the kill, kube-proxy's %v, all processes' %v: %s",
+			name, (kubelet - kill).Round(time.Millisecond), (proxy - kill).Round(time.Millisecond), (all - kill).Round(time.Millisecond), exit)
+		if proxy < kubelet {
+			h.t.Errorf("%s: kube-proxy ended before the killed kubelet", name)
+		}
+		if !strings.Contains(exit, "exitCode=137") {
+			h.t.Errorf("%s: nodeinit did not exit with the kubelet's 137: %s", name, exit)
+		}
+	}
+	if killed != len(h.killed) {
+		h.t.Errorf("%d containers' logs show their kubelet killed; %d were killed", killed, len(h.killed))
 	}
 }
 
