@@ -124,7 +124,7 @@ func TestDaemonSetTakesOverTheNodeAndHandsItBack(t *testing.T) {
 	time.Sleep(time.Second)
 	m.stop()
 	m.report(t)
-	h.checkOldPods(m)
+	h.checkOldPods(m, 2)
 	h.checkNodeIdentity(m)
 	if t.Failed() {
 		h.dumpPodLogs(m)
@@ -1212,14 +1212,13 @@ func (m *monitor) readyChanges() []readyChange {
 // process had ended within the pod's grace period; the container whose
 // kubelet was killed had its nodeinit log the kubelet's status (killed by
 // SIGKILL), end kube-proxy after it and exit 137.
-func (h *hostNode) checkOldPods(m *monitor) {
+func (h *hostNode) checkOldPods(m *monitor, ended int) {
 	h.t.Helper()
 	m.mu.Lock()
 	logs := maps.Clone(m.podLogs)
 	m.mu.Unlock()
-	want := 2 + len(h.killed)
-	if len(logs) != want {
-		h.t.Errorf("the logs of %d DaemonSet pod containers were seen; want %d (the first pod's, the rolled one's, and one more per killed kubelet)", len(logs), want)
+	if want := ended + len(h.killed); len(logs) != want {
+		h.t.Errorf("the logs of %d DaemonSet pod containers were seen; want %d (%d pods ended, and one more per killed kubelet)", len(logs), want, ended)
 	}
 	killed := 0
 	for _, f := range sortedKeys(logs) {
@@ -1243,6 +1242,9 @@ func (h *hostNode) checkOldPods(m *monitor) {
 		if !ok {
 			h.t.Errorf("%s: nodeinit did not log the end of every process:\n%s", name, testenv.Tail(log, 30))
 			continue
+		}
+		if _, _, drained := find("Draining the node before the executor stops"); drained {
+			h.t.Errorf("%s: nodeinit drained the node on a handover", name)
 		}
 		if term, _, ok := find("Forwarded signal to the executor"); ok {
 			h.t.Logf("%s: nodeinit forwarded TERM to the kubelet; the kubelet ended %v later, kube-proxy %v, all processes %v (grace period 60s)",

@@ -106,7 +106,7 @@ while :; do
   if [ $((n % 20)) = 0 ]; then
     for f in /var/log/pods/kube-system_nodeinit-node-*/node/*.log; do
       [ -f "$f" ] || continue
-      d=${f#/var/log/pods/}; cp "$f" "$out/pods/${d%%/*}-${f##*/}.tmp" && mv "$out/pods/${d%%/*}-${f##*/}.tmp" "$out/pods/${d%%/*}-${f##*/}"
+      d=$out/pods/${f#/var/log/pods/}; mkdir -p "${d%/*}" && cp "$f" "$d.tmp" && mv "$d.tmp" "$d"
     done
   fi
   sleep 0.1
@@ -153,12 +153,7 @@ func (c *cluster) checkGuestDaemonSet(t *testing.T, v *vm) {
 		m.read()
 		m.report(t)
 		h.checkNodeIdentity(m.monitor)
-		for _, f := range m.podLogFiles() {
-			checkNodePodEnded(t, f, m.podLog(f))
-		}
-		if n := len(m.podLogFiles()); n != 1 {
-			t.Errorf("the logs of %d DaemonSet pods were seen; want 1", n)
-		}
+		h.checkOldPods(m.monitor, 1)
 		t.Logf("the node's own kubelet.service: %s", strings.Join(strings.Fields(v.ssh("systemctl show --property=NRestarts,ActiveState,MainPID kubelet")), ", "))
 	})
 
@@ -397,7 +392,7 @@ func (w *guestWatcher) read() {
 		w.samples++
 		w.mu.Unlock()
 	})
-	files, _ := filepath.Glob(filepath.Join(w.dir, "pods", "*.log"))
+	files, _ := filepath.Glob(filepath.Join(w.dir, "pods", "*", "node", "*.log"))
 	for _, f := range files {
 		if b, err := os.ReadFile(f); err == nil {
 			w.mu.Lock()
@@ -463,55 +458,5 @@ func (w *guestWatcher) stop() {
 	w.monitor.stop()
 	if w.v.qemu.running() {
 		_, _ = w.v.sshTimeout(time.Minute, "systemctl stop node-watch")
-	}
-}
-
-func (w *guestWatcher) podLogFiles() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return sortedKeys(w.podLogs)
-}
-
-func (w *guestWatcher) podLog(f string) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.podLogs[f]
-}
-
-// checkNodePodEnded checks a DaemonSet pod's log (the runtime's file) after
-// its end: nodeinit got TERM, forwarded it to the kubelet, which ended,
-// then kube-proxy, and every process had ended within the pod's grace
-// period (60 s), with no drain of the node.
-func checkNodePodEnded(t *testing.T, f, log string) {
-	t.Helper()
-	lines := nodeinitLines(criLog(log))
-	find := func(msg string) (time.Duration, bool) {
-		for _, l := range lines {
-			if strings.Contains(l.text, `"`+msg+`"`) {
-				return l.at, true
-			}
-		}
-		return 0, false
-	}
-	name := filepath.Base(f)
-	term, ok := find("Forwarded signal to the executor")
-	if !ok {
-		t.Errorf("%s: no TERM forwarded to the kubelet in nodeinit's log:\n%s", name, testenv.Tail(criLog(log), 30))
-		return
-	}
-	kubelet, _ := find("Executor ended")
-	proxy, _ := find("Proxy ended")
-	all, ok := find("All processes have ended")
-	if !ok {
-		t.Errorf("%s: nodeinit did not log the end of every process:\n%s", name, testenv.Tail(criLog(log), 30))
-		return
-	}
-	t.Logf("%s: nodeinit forwarded TERM to the kubelet; the kubelet ended %v later, kube-proxy %v, all processes %v (grace period 60s)",
-		name, (kubelet - term).Round(time.Millisecond), (proxy - term).Round(time.Millisecond), (all - term).Round(time.Millisecond))
-	if all-term > 60*time.Second {
-		t.Errorf("%s: nodeinit took %v after TERM; the pod's grace period is 60s", name, all-term)
-	}
-	if _, drained := find("Draining the node before the executor stops"); drained {
-		t.Errorf("%s: nodeinit drained the node on a handover", name)
 	}
 }
