@@ -126,13 +126,14 @@ func TestDaemonSet(t *testing.T) {
 		propagation corev1.MountPropagationMode
 		readOnly    bool
 	}{
-		"/var/lib/kubelet": {propagation: corev1.MountPropagationBidirectional},
-		"/sys/fs/cgroup":   {},
-		"/var/log":         {}, // the kubelet's /var/log/pods and /var/log/containers
-		"/dev":             {},
-		"/run":             {propagation: corev1.MountPropagationHostToContainer}, // the CRI socket, the lock file
-		"/lib/modules":     {readOnly: true},
-		"/etc/machine-id":  {readOnly: true}, // the host's: the node is the host
+		"/var/lib/kubelet":    {propagation: corev1.MountPropagationBidirectional},
+		"/sys/fs/cgroup":      {},
+		"/var/log":            {}, // the kubelet's /var/log/pods and /var/log/containers
+		"/dev":                {},
+		"/run":                {propagation: corev1.MountPropagationHostToContainer}, // the CRI socket, the lock file
+		"/lib/modules":        {readOnly: true},
+		"/var/lib/containerd": {readOnly: true}, // the runtime's root, for the eviction manager
+		"/etc/machine-id":     {readOnly: true}, // the host's: the node is the host
 	} {
 		m, ok := mounts[path]
 		if !ok {

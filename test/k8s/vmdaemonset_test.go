@@ -67,52 +67,6 @@ RestartSec=5
 `
 )
 
-// guestWatch is what the test watches inside the guest, where the
-// Service's ClusterIP and the lock file are: a request to the Service
-// every 100 ms (HTTP/1.0 through bash's /dev/tcp, a second to answer), the holder of the
-// kubelet's lock from /proc/locks every 100 ms (its pid and cgroup: the
-// kubelet unit's or a pod's; never opening the file, whose open is the
-// contention the node's kubelet exits on), and every 2 s a copy of the
-// DaemonSet pods' logs, which go with their pods. Times are the guest's
-// clock, the kubelets' too. Arguments: the Service's IP, the directory in
-// the shared folder.
-const guestWatch = `ip=$1 out=$2
-mkdir -p "$out/pods"
-while :; do
-  status=$(timeout 1 bash -c 'exec 3<>/dev/tcp/$0/80 && printf "GET / HTTP/1.0\r\n\r\n" >&3 && head -n 1 <&3' "$ip" 2>&1 | tr -d '\r\n')
-  case "$status" in
-  "HTTP/1."?" 200 "*) echo "$(date +%s.%N) ok" ;;
-  *) echo "$(date +%s.%N) fail ${status:-no answer within 1 s}" ;;
-  esac
-  sleep 0.1
-done >> "$out/requests.log" &
-last= n=0
-while :; do
-  who=none
-  ino=$(stat -c %i ` + kubeletLock + ` 2>/dev/null) || ino=
-  if [ -n "$ino" ]; then
-    while read -r _ kind _ _ pid dev _; do
-      [ "$kind" = FLOCK ] && [ "${dev##*:}" = "$ino" ] || continue
-      cg=$(cat /proc/$pid/cgroup 2>/dev/null)
-      case "$cg" in
-      *kubelet.service*) who="host $pid" ;;
-      *-pod*) u=${cg##*-pod}; u=${u%%.slice*}; who="pod $(echo "$u" | tr _ -) $pid" ;;
-      *) who="other $pid ${cg#0::}" ;;
-      esac
-    done < /proc/locks
-  fi
-  if [ "$who" != "$last" ]; then echo "$(date +%s.%N) $who" >> "$out/lock.log"; last=$who; fi
-  n=$((n + 1))
-  if [ $((n % 20)) = 0 ]; then
-    for f in /var/log/pods/kube-system_nodeinit-node-*/node/*.log; do
-      [ -f "$f" ] || continue
-      d=$out/pods/${f#/var/log/pods/}; mkdir -p "${d%/*}" && cp "$f" "$d.tmp" && mv "$d.tmp" "$d"
-    done
-  fi
-  sleep 0.1
-done
-`
-
 // checkGuestDaemonSet runs images/node/daemonset.yaml on the modern host:
 // the node's own kubelet (kubeadm's unit and drop-in, the systemd cgroup
 // driver, --lock-file and --exit-on-lock-contention) and kube-proxy run
@@ -312,10 +266,17 @@ func (h *hostNode) checkGuestPodNode(hd holder) {
 		}
 	}
 	h.t.Logf("the pod's kubelet (pid %d, nodeinit and kube-proxy %v) in %s: %s", hd.pid, parent, strings.TrimPrefix(strings.TrimSpace(lines[1]), "0::"), strings.TrimSpace(lines[2]))
+	// The kubelet's eviction manager and its image file system stats stat
+	// containerd's root, which the manifest mounts.
+	if out, _ := h.guest.sshTimeout(time.Minute, fmt.Sprintf("grep -h 'Eviction manager: failed to synchronize' /var/log/pods/kube-system_*_%s/node/*.log | tail -n 1", hd.pod)); strings.TrimSpace(out) != "" {
+		h.t.Errorf("the DaemonSet pod's kubelet's eviction manager cannot run:\n%s", out)
+	}
 }
 
-// guestWatcher feeds a monitor from what guestWatch writes into the shared
-// folder, and watches the Node and its lease from here.
+// guestWatcher feeds a monitor from what test/k8s/guestwatch writes in
+// the guest into the shared folder (requests to the Service every 50 ms,
+// the lock's holder every 20 ms, the DaemonSet pods' logs), and watches the
+// Node and its lease from here.
 type guestWatcher struct {
 	*monitor
 	t       *testing.T
@@ -325,7 +286,7 @@ type guestWatcher struct {
 	done    chan struct{}
 }
 
-// guestMonitor starts guestWatch in the guest, as a unit, and the
+// guestMonitor starts guestwatch in the guest, as a unit, and the
 // monitor's Node and lease watches here; it reads the guest's records
 // every 250 ms.
 func (h *hostNode) guestMonitor(ip string) *guestWatcher {
@@ -335,9 +296,9 @@ func (h *hostNode) guestMonitor(ip string) *guestWatcher {
 	w := &guestWatcher{monitor: m, t: h.t, v: h.guest, dir: filepath.Join(h.guest.share, "watch-"+strconv.FormatInt(time.Now().UnixNano(), 36)),
 		offsets: map[string]int64{}, done: make(chan struct{})}
 	must(h.t, os.MkdirAll(w.dir, 0o755))
-	must(h.t, os.WriteFile(filepath.Join(w.dir, "watch.sh"), []byte(guestWatch), 0o755))
+	must(h.t, linkOrCopy(testenv.Build(h.t, "./test/k8s/guestwatch"), filepath.Join(w.dir, "guestwatch")))
 	guestDir := guestShare + "/" + filepath.Base(w.dir)
-	h.guest.ssh(fmt.Sprintf("systemd-run --quiet --unit=node-watch --collect bash %s/watch.sh %s %s", guestDir, ip, guestDir))
+	h.guest.ssh(fmt.Sprintf("systemd-run --quiet --unit=node-watch --collect %[1]s/guestwatch %[2]s %[1]s", guestDir, ip))
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -389,7 +350,6 @@ func (w *guestWatcher) read() {
 		}
 		w.mu.Lock()
 		w.hands = append(w.hands, hand{at, hd})
-		w.samples++
 		w.mu.Unlock()
 	})
 	files, _ := filepath.Glob(filepath.Join(w.dir, "pods", "*", "node", "*.log"))
