@@ -335,6 +335,23 @@ func (c *cluster) importNodeImage(t *testing.T) {
 	t.Logf("node image saved from podman and imported into containerd in %v", time.Since(start).Round(100*time.Millisecond))
 }
 
+// manifest is images/node/daemonset.yaml with image, and the index in
+// its container's args of the "--" before the kubelet's command line.
+func (h *hostNode) manifest(image string) (*appsv1.DaemonSet, int) {
+	h.t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(h.t), "images/node/daemonset.yaml"))
+	must(h.t, err)
+	var ds appsv1.DaemonSet
+	must(h.t, yaml.UnmarshalStrict(b, &ds))
+	ctr := &ds.Spec.Template.Spec.Containers[0]
+	ctr.Image = image
+	sep := slices.Index(ctr.Args, "--")
+	if sep < 0 {
+		h.t.Fatalf("the DaemonSet's args %q have no -- before the kubelet's command line", ctr.Args)
+	}
+	return &ds, sep
+}
+
 // daemonSet is images/node/daemonset.yaml changed where its comment tells
 // an operator to, and for the fixture: the image; the node's name and
 // address (the fixture's node is not the host's name); kube-proxy's flags
@@ -346,16 +363,8 @@ func (h *hostNode) daemonSet(image string) *appsv1.DaemonSet {
 	if h.guest != nil {
 		return h.guestDaemonSet(image)
 	}
-	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(h.t), "images/node/daemonset.yaml"))
-	must(h.t, err)
-	var ds appsv1.DaemonSet
-	must(h.t, yaml.UnmarshalStrict(b, &ds))
+	ds, sep := h.manifest(image)
 	ctr := &ds.Spec.Template.Spec.Containers[0]
-	ctr.Image = image
-	sep := slices.Index(ctr.Args, "--")
-	if sep < 0 {
-		h.t.Fatalf("the DaemonSet's args %q have no -- before the kubelet's command line", ctr.Args)
-	}
 	var proxy []string
 	for _, f := range proxyFlags("iptables") {
 		f = strings.Replace(f, ":10256", ":10266", 1)
@@ -381,7 +390,7 @@ func (h *hostNode) daemonSet(image string) *appsv1.DaemonSet {
 			ctr.VolumeMounts[i].MountPath = root
 		}
 	}
-	return &ds
+	return ds
 }
 
 // createDaemonSet creates the DaemonSet; the monitor watches the handover.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
@@ -220,19 +219,11 @@ systemctl daemon-reload`, guestShare, guestKubeletUnit, guestKubeadmDropIn, gues
 // its address the only one, its containerd where the manifest mounts it.
 func (h *hostNode) guestDaemonSet(image string) *appsv1.DaemonSet {
 	h.t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(h.t), "images/node/daemonset.yaml"))
-	must(h.t, err)
-	var ds appsv1.DaemonSet
-	must(h.t, yaml.UnmarshalStrict(b, &ds))
+	ds, sep := h.manifest(image)
 	ctr := &ds.Spec.Template.Spec.Containers[0]
-	ctr.Image = image
-	sep := slices.Index(ctr.Args, "--")
-	if sep < 0 {
-		h.t.Fatalf("the DaemonSet's args %q have no -- before the kubelet's command line", ctr.Args)
-	}
 	ctr.Args = slices.Insert(ctr.Args, sep, "--proxy-arg=--cluster-cidr="+podCIDR,
 		"--proxy-arg=--healthz-bind-address=127.0.0.1:10266", "--proxy-arg=--metrics-bind-address=127.0.0.1:10269")
-	return &ds
+	return ds
 }
 
 // checkGuestPodNode is checkPodNode in the guest: the kubelet that holds
