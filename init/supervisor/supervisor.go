@@ -611,11 +611,16 @@ func (s *Supervisor) signalTask(t *task, sig syscall.Signal) {
 	}
 }
 
-// logStatus logs nodeinit's own line, then one per task: its goroutines
-// are what a soak of a real node watches for a leak (nodeinit has no debug
-// endpoint, and /proc shows only threads).
+// logStatus logs nodeinit's own line, then one per task. Its goroutines and
+// the Go runtime's memory are what a soak of a real node watches for a leak
+// (nodeinit has no debug endpoint, and /proc shows only threads and pages):
+// whether resident memory that grows is live objects, or the heap the
+// runtime keeps for the next collection.
 func (s *Supervisor) logStatus() {
-	klog.InfoS("Init status", "pid", os.Getpid(), "goroutines", runtime.NumGoroutine())
+	m := readGoMemory()
+	klog.InfoS("Init status", "pid", os.Getpid(), "goroutines", runtime.NumGoroutine(),
+		"heapLive", m.heapLive, "heapGoal", m.heapGoal, "heapHeld", m.heapHeld,
+		"stacks", m.stacks, "goMapped", m.mapped, "gcCycles", m.gcCycles)
 	for _, t := range []*task{s.executor, s.proxy} {
 		if t == nil {
 			continue

@@ -330,7 +330,8 @@ func TestTermIgnoringExecutorIsKilledAfterGracePeriod(t *testing.T) {
 }
 
 // SIGUSR1 logs one status line per task, and one of nodeinit itself with
-// its goroutines, which a soak watches for a leak.
+// its goroutines and the Go runtime's memory, which a soak watches for a
+// leak.
 func TestUsr1LogsTaskStatus(t *testing.T) {
 	_, task := binaries(t)
 	dir := t.TempDir()
@@ -344,8 +345,15 @@ func TestUsr1LogsTaskStatus(t *testing.T) {
 		}
 	}
 	line := i.WaitForLog(5*time.Second, 'I', `"Init status"`)
-	if m := regexp.MustCompile(` goroutines=(\d+)`).FindStringSubmatch(line); m == nil || m[1] == "0" {
-		t.Errorf("nodeinit's own status line gives no count of goroutines: %q", line)
+	// The Go runtime's figures: a leak shows in heapLive; the rest tell
+	// the heap kept for the next collection and the stacks from it.
+	for _, field := range []string{"goroutines", "heapGoal", "heapHeld", "stacks", "goMapped"} {
+		if m := regexp.MustCompile(` ` + field + `=(\d+)`).FindStringSubmatch(line); m == nil || m[1] == "0" {
+			t.Errorf("nodeinit's own status line gives no %s: %q", field, line)
+		}
+	}
+	if !regexp.MustCompile(` heapLive=\d+ `).MatchString(line) || !regexp.MustCompile(` gcCycles=\d+$`).MatchString(line) {
+		t.Errorf("nodeinit's own status line gives no heapLive or gcCycles: %q", line)
 	}
 	if code := i.Stop(10 * time.Second); code != 0 {
 		t.Errorf("exit %d after TERM, want the executor's 0", code)

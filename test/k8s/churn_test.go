@@ -62,6 +62,9 @@ type churnSample struct {
 	at                            time.Duration // since the churn began
 	rss, anon                     int64         // KiB: VmRSS, and RssAnon of it (the rest is the binary's pages)
 	fds, threads, goroutines      int
+	heapLive, heapHeld, stacks    int64 // KiB, the Go runtime's figures of the status line
+	goMapped                      int64 // KiB: all the runtime holds; RssAnon is the part of it touched
+	gcCycles                      int
 	zombies                       []int // nodeinit's zombie children still there a second later
 	ready, replicas               int   // churn pods Ready, and the Deployment's replicas then
 	restarts                      int   // restarts of churn containers, as the API has them
@@ -188,11 +191,17 @@ func (k *kubeNode) sampleChurn(begun time.Time) churnSample {
 	sent := timeOfDay(time.Now())
 	must(k.t, syscall.Kill(pid, syscall.SIGUSR1))
 	line := k.waitLog(10*time.Second, sent, `"Init status"`)
-	m := regexp.MustCompile(` goroutines=(\d+)`).FindStringSubmatch(line.text)
-	if m == nil {
-		k.t.Fatalf("no goroutines in %q", line.text)
+	field := func(name string) int64 {
+		m := regexp.MustCompile(` ` + name + `=(\d+)`).FindStringSubmatch(line.text)
+		if m == nil {
+			k.t.Fatalf("no %s in %q", name, line.text)
+		}
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		return n
 	}
-	s.goroutines, _ = strconv.Atoi(m[1])
+	s.goroutines, s.gcCycles = int(field("goroutines")), int(field("gcCycles"))
+	s.heapLive, s.heapHeld, s.stacks = field("heapLive")/1024, field("heapHeld")/1024, field("stacks")/1024
+	s.goMapped = field("goMapped") / 1024
 	// A child that has just ended is a zombie until the reaper takes it,
 	// at once: only one that is still there a second later counts.
 	if zs := testenv.Zombies(pid); len(zs) > 0 {
@@ -220,8 +229,8 @@ func (k *kubeNode) reportChurn(samples []churnSample, begun, ended time.Time) {
 	var lines []string
 	peak := 0
 	for _, s := range samples {
-		lines = append(lines, fmt.Sprintf("  %6v  replicas %2d, Ready %2d  RSS %6d KiB (anon %5d)  fds %3d  threads %3d  goroutines %3d  zombies %v",
-			s.at, s.replicas, s.ready, s.rss, s.anon, s.fds, s.threads, s.goroutines, s.zombies))
+		lines = append(lines, fmt.Sprintf("  %6v  replicas %2d, Ready %2d  RSS %6d KiB (anon %5d; Go mapped %5d, heap live %4d, held %5d, stacks %4d; GCs %3d)  fds %3d  threads %3d  goroutines %3d  zombies %v",
+			s.at, s.replicas, s.ready, s.rss, s.anon, s.goMapped, s.heapLive, s.heapHeld, s.stacks, s.gcCycles, s.fds, s.threads, s.goroutines, s.zombies))
 		peak = max(peak, s.ready)
 		if s.restarts > 0 {
 			t.Errorf("at %v the churn pods' containers had restarted %d times: their probes or commands fail", s.at, s.restarts)
@@ -261,6 +270,55 @@ func (k *kubeNode) reportChurn(samples []churnSample, begun, ended time.Time) {
 		t.Logf("nodeinit's %s: %d in the first half, %d in the last quarter", c.what, e, l)
 		if l > e+c.slack {
 			t.Errorf("nodeinit's %s grew under the churn: %d in the first half, %d in the last quarter", c.what, e, l)
+		}
+	}
+	k.checkGoMemory(samples)
+}
+
+// checkGoMemory checks the Go runtime's own figures, which tell a leak from
+// a runtime that settles. Until the heap first reaches its goal (4 MiB)
+// nothing is collected and heapLive reads 0; from then on a collection
+// runs at least every two minutes. A leak shows as live objects that grow
+// from one collection to the next; RssAnon that grows while they do not is
+// the runtime touching pages it holds already, and stays under goMapped.
+func (k *kubeNode) checkGoMemory(samples []churnSample) {
+	t := k.t
+	t.Helper()
+	for _, s := range samples {
+		if s.anon > s.goMapped+256 {
+			t.Errorf("at %v nodeinit's anonymous memory (%d KiB) was over all the Go runtime had mapped (%d KiB): memory from outside Go", s.at, s.anon, s.goMapped)
+		}
+	}
+	var collected []churnSample
+	for _, s := range samples {
+		if s.gcCycles > 0 {
+			collected = append(collected, s)
+		}
+	}
+	if len(collected) < 4 {
+		t.Logf("nodeinit's heap was collected at %d of %d samples (the first collection comes when the heap reaches 4 MiB): its live heap cannot be compared", len(collected), len(samples))
+		return
+	}
+	early, late := collected[:len(collected)/2], collected[len(collected)*3/4:]
+	for _, c := range []struct {
+		what  string
+		f     func(churnSample) int64
+		slack int64
+	}{
+		{"live heap (KiB)", func(s churnSample) int64 { return s.heapLive }, 64},
+		{"memory the Go runtime holds (KiB)", func(s churnSample) int64 { return s.goMapped }, 256},
+	} {
+		e, l := int64(0), int64(0)
+		for _, s := range early {
+			e = max(e, c.f(s))
+		}
+		for _, s := range late {
+			l = max(l, c.f(s))
+		}
+		t.Logf("nodeinit's %s, from its first collection (at %v, %d collections in all): %d in the first half, %d in the last quarter",
+			c.what, collected[0].at, collected[len(collected)-1].gcCycles, e, l)
+		if l > e+c.slack {
+			t.Errorf("nodeinit's %s grew from one collection to the next: %d in the first half, %d in the last quarter", c.what, e, l)
 		}
 	}
 }
