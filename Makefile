@@ -34,7 +34,7 @@ helpers: ## the demo executor and proxy, and the test helper programs
 test: ## every test but the long runs (make test-long); root tests need root (CI=true fails instead of skipping); on a quiet 2-core machine 40 s warm, 97 s with an empty build cache
 	$(GO) test -count=1 ./...
 
-test-race: ## make test's tests, short, under the race detector, with a race-built nodeinit in the integration tests (130–169 s on 2 cores)
+test-race: ## make test's tests, short, under the race detector, with a race-built nodeinit in the integration tests (130–169 s on 2 cores with the build cache warm, 4.5–5 minutes with it empty)
 	CGO_ENABLED=1 NODEINIT_RACE=1 $(GO) test -race -short -count=1 ./...
 
 lint: ## gofmt, go vet, staticcheck
