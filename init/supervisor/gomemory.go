@@ -4,7 +4,7 @@ import "runtime/metrics"
 
 // goMemory is the Go runtime's view of nodeinit's memory, in bytes, for the
 // status line. heapLive is the heap's live objects as of the last
-// collection, heapGoal the size at which the next one starts (never under
+// collection, heapGoal the heap size the next one is to end by (never under
 // 4 MiB, so a small heap grows for a while before it is collected), and
 // heapHeld the heap's pages the runtime has not returned to the kernel:
 // objects, free slots and free spans. stacks are the goroutines' and the
