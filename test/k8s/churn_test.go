@@ -244,33 +244,13 @@ func (k *kubeNode) reportChurn(samples []churnSample, begun, ended time.Time) {
 	if peak < churnReplicas/2 {
 		t.Errorf("at most %d churn pods were Ready at a sample; the churn did not reach the node", peak)
 	}
-	early, late := samples[:len(samples)/2], samples[len(samples)*3/4:]
-	of := func(ss []churnSample, f func(churnSample) int64) []int64 {
-		var out []int64
-		for _, s := range ss {
-			out = append(out, f(s))
-		}
-		return out
-	}
-	for _, c := range []struct {
-		what  string
-		f     func(churnSample) int64
-		slack int64
-		least bool // compare the least of each part (open files: a sample may catch one in use)
-	}{
+	for _, c := range []flatness{
 		{"resident memory (KiB)", func(s churnSample) int64 { return s.rss }, 1024, false},
 		{"open files", func(s churnSample) int64 { return int64(s.fds) }, 0, true},
 		{"threads", func(s churnSample) int64 { return int64(s.threads) }, 0, false},
 		{"goroutines", func(s churnSample) int64 { return int64(s.goroutines) }, 0, true},
 	} {
-		e, l := slices.Max(of(early, c.f)), slices.Max(of(late, c.f))
-		if c.least {
-			e, l = slices.Min(of(early, c.f)), slices.Min(of(late, c.f))
-		}
-		t.Logf("nodeinit's %s: %d in the first half, %d in the last quarter", c.what, e, l)
-		if l > e+c.slack {
-			t.Errorf("nodeinit's %s grew under the churn: %d in the first half, %d in the last quarter", c.what, e, l)
-		}
+		c.check(t, samples, "under the churn")
 	}
 	k.checkGoMemory(samples)
 }
@@ -299,27 +279,42 @@ func (k *kubeNode) checkGoMemory(samples []churnSample) {
 		t.Logf("nodeinit's heap was collected at %d of %d samples (the first collection comes when the heap reaches 4 MiB): its live heap cannot be compared", len(collected), len(samples))
 		return
 	}
-	early, late := collected[:len(collected)/2], collected[len(collected)*3/4:]
-	for _, c := range []struct {
-		what  string
-		f     func(churnSample) int64
-		slack int64
-	}{
-		{"live heap (KiB)", func(s churnSample) int64 { return s.heapLive }, 64},
-		{"memory the Go runtime holds (KiB)", func(s churnSample) int64 { return s.goMapped }, 256},
+	t.Logf("nodeinit's heap was first collected at %v; %d collections in all", collected[0].at, collected[len(collected)-1].gcCycles)
+	for _, c := range []flatness{
+		{"live heap (KiB)", func(s churnSample) int64 { return s.heapLive }, 64, false},
+		{"memory the Go runtime holds (KiB)", func(s churnSample) int64 { return s.goMapped }, 256, false},
 	} {
-		e, l := int64(0), int64(0)
-		for _, s := range early {
-			e = max(e, c.f(s))
-		}
-		for _, s := range late {
-			l = max(l, c.f(s))
-		}
-		t.Logf("nodeinit's %s, from its first collection (at %v, %d collections in all): %d in the first half, %d in the last quarter",
-			c.what, collected[0].at, collected[len(collected)-1].gcCycles, e, l)
-		if l > e+c.slack {
-			t.Errorf("nodeinit's %s grew from one collection to the next: %d in the first half, %d in the last quarter", c.what, e, l)
-		}
+		c.check(t, collected, "from one collection to the next")
+	}
+}
+
+// flatness is a figure of nodeinit that must not grow from the first half
+// of a run to its last quarter by more than slack.
+type flatness struct {
+	what  string
+	f     func(churnSample) int64
+	slack int64
+	least bool // compare the least of each part (open files: a sample may catch one in use)
+}
+
+// check compares the figure's peak (or least) in the first half of samples
+// with that of the last quarter, and fails the test when it grew.
+func (c flatness) check(t *testing.T, samples []churnSample, during string) {
+	t.Helper()
+	var early, late []int64
+	for _, s := range samples[:len(samples)/2] {
+		early = append(early, c.f(s))
+	}
+	for _, s := range samples[len(samples)*3/4:] {
+		late = append(late, c.f(s))
+	}
+	e, l := slices.Max(early), slices.Max(late)
+	if c.least {
+		e, l = slices.Min(early), slices.Min(late)
+	}
+	t.Logf("nodeinit's %s: %d in the first half, %d in the last quarter", c.what, e, l)
+	if l > e+c.slack {
+		t.Errorf("nodeinit's %s grew %s: %d in the first half, %d in the last quarter", c.what, during, e, l)
 	}
 }
 
