@@ -14,6 +14,10 @@ BIN       := bin
 # Built by the same Go as the code it checks: a staticcheck built by an older
 # Go cannot type-check a newer standard library.
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# The long runs' test output: `go test -json` piped through it reads as
+# `go test -v`, ending with each failed test's last log entries, where a CI
+# log's tail shows them; its exit status is the run's.
+FAILURES  ?= $(GO) run ./test/failures
 # podman or docker, whichever is installed.
 ENGINE    ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 

@@ -14,7 +14,7 @@ LONG_TIMEOUT ?= 15m
 .PHONY: test-long lint-long
 
 test-long: ## the long runs: every test with the build tag long (root; about 1.5 min on 2 cores)
-	$(GO) test -tags long -count=1 -v -timeout $(LONG_TIMEOUT) -run '^($(LONG_TESTS))$$' $(LONG_PKGS)
+	$(GO) test -tags long -count=1 -json -timeout $(LONG_TIMEOUT) -run '^($(LONG_TESTS))$$' $(LONG_PKGS) | $(FAILURES)
 
 # The long runs carry the build tag long, so `go vet ./...` and staticcheck
 # in lint do not see them: this runs both with the tag, as part of lint.

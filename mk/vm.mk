@@ -25,4 +25,4 @@ e2e-vm: build ## the real-node tests on a cgroup v2 systemd host booted under qe
 	  bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
 	  echo "VM image: $$img" && echo "Kubernetes binaries: $$bin" && \
 	  NODEINIT_VM_IMAGE=$$img NODEINIT_VM_ACCEL=$(VM_ACCEL) NODEINIT_K8S_BIN=$$bin NODEINIT_VM_NODEINIT=$(CURDIR)/$(BIN)/nodeinit NODEINIT_VM_LOGS=$(VM_LOGS) \
-	  $(GO) test -tags k8s -count=1 -v -timeout $(E2E_VM_TIMEOUT) -run '^TestModernHost' ./test/k8s
+	  $(GO) test -tags k8s -count=1 -json -timeout $(E2E_VM_TIMEOUT) -run '^TestModernHost' ./test/k8s | $(FAILURES)
