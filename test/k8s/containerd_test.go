@@ -117,19 +117,23 @@ func startContainerdFrom(dir, crictl, bin, config string) (*containerd, error) {
 		return nil, err
 	}
 	c := &containerd{server: s, dir: dir, crictl: crictl, ctr: ctr}
-	deadline := time.Now().Add(30 * time.Second)
+	return c, c.waitServing(30 * time.Second)
+}
+
+// waitServing waits until containerd accepts connections on its socket.
+func (c *containerd) waitServing(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		conn, err := net.Dial("unix", c.socket())
 		if err == nil {
 			conn.Close()
-			break
+			return nil
 		}
-		if !s.running() || time.Now().After(deadline) {
-			return c, fmt.Errorf("containerd does not serve on %s: %v\n%s", c.socket(), err, s.tail())
+		if !c.running() || time.Now().After(deadline) {
+			return fmt.Errorf("containerd does not serve on %s: %v\n%s", c.socket(), err, c.tail())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return c, nil
 }
 
 // socket is containerd's socket, where the kubelet and crictl reach it.

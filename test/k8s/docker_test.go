@@ -94,7 +94,7 @@ func startDockerd(t *testing.T) *dockerEngine {
 	log, err := os.Create(filepath.Join(dir, "dockerd.log"))
 	must(t, err)
 	defer log.Close()
-	args := append([]string{"--config-file=" + config, "--data-root=" + filepath.Join(dir, "data"), "--exec-root=" + filepath.Join(dir, "exec"),
+	args := append([]string{"--config-file=" + config, "--data-root=" + d.dataRoot(), "--exec-root=" + filepath.Join(dir, "exec"),
 		"--pidfile=" + filepath.Join(dir, "docker.pid"), "-H", "unix://" + d.socket}, dockerdFlags...)
 	d.daemon = exec.Command(dockerd, args...)
 	d.daemon.Stdout, d.daemon.Stderr = log, log
@@ -109,13 +109,8 @@ func startDockerd(t *testing.T) *dockerEngine {
 				t.Error(err)
 			}
 		}
-		_ = d.daemon.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("dockerd did not end within 30s of TERM; killing it")
-			_ = d.daemon.Process.Kill()
-			<-d.done
+		if err := d.stop(); err != nil {
+			t.Error(err)
 		}
 		if t.Failed() {
 			b, _ := os.ReadFile(filepath.Join(dir, "dockerd.log"))
@@ -171,6 +166,23 @@ func startDockerd(t *testing.T) *dockerEngine {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return d
+}
+
+// dataRoot is the engine's data root: its images, layers and containers.
+func (d *dockerEngine) dataRoot() string { return filepath.Join(d.dir, "data") }
+
+// stop ends the engine: TERM, and KILL after 30 s. Its containerd ends
+// with it.
+func (d *dockerEngine) stop() error {
+	_ = d.daemon.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+		return nil
+	case <-time.After(30 * time.Second):
+		_ = d.daemon.Process.Kill()
+		<-d.done
+		return fmt.Errorf("dockerd did not end within 30s of TERM; killed it")
+	}
 }
 
 func (d *dockerEngine) logTail() string {

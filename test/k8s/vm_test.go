@@ -76,12 +76,13 @@ func freePort() (int, error) {
 }
 
 // bootVM boots the image under qemu (TCG unless $NODEINIT_VM_ACCEL says
-// kvm) on disk, a qcow2 overlay of the image's disk, with a throw-away
-// overlay over it (snapshot=on: disk is never written) unless keep, the
-// shared folder share, and the guest's console in DIR/console.log, and
-// waits until ssh answers. The guest is killed when the test ends, and by
-// the kernel if the test process dies first.
-func bootVM(t *testing.T, dir, share, disk string, keep bool) *vm {
+// kvm): its root, the image's disk, and stores, the disk of its image
+// stores (imageStores), each with a throw-away overlay (snapshot=on: the
+// files are never written), the shared folder share, and the guest's
+// console in DIR/console.log, and waits until ssh answers. The guest is
+// killed when the test ends, and by the kernel if the test process dies
+// first.
+func bootVM(t *testing.T, dir, share, stores string) *vm {
 	t.Helper()
 	for _, tool := range []string{"qemu-system-x86_64", "ssh"} {
 		testenv.RequireTool(t, tool)
@@ -105,7 +106,8 @@ func bootVM(t *testing.T, dir, share, disk string, keep bool) *vm {
 			"-accel", accel, "-cpu", "max", "-smp", "2", "-m", "4096",
 			"-kernel", filepath.Join(image, "vmlinuz"), "-initrd", filepath.Join(image, "initrd.img"),
 			"-append", "console=ttyS0 root=/dev/vda rw panic=-1",
-			"-drive", "file=" + disk + ",format=qcow2,if=virtio,snapshot=" + map[bool]string{true: "off", false: "on"}[keep],
+			"-drive", "file=" + filepath.Join(image, "disk.img") + ",format=raw,if=virtio,snapshot=on",
+			"-drive", "file=" + stores + ",format=raw,if=virtio,snapshot=on",
 			"-netdev", fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:22", port),
 			"-device", "virtio-net-pci,netdev=n0,romfile=",
 			"-virtfs", "local,path=" + share + ",mount_tag=share,security_model=passthrough,id=share",
@@ -221,47 +223,6 @@ func (v *vm) sshTimeout(timeout time.Duration, command string) (string, error) {
 		"root@127.0.0.1", command)
 }
 
-// loadedDisk makes the disk every node host of the suite boots: a qcow2
-// overlay (in dir) of the image's disk, which never changes, with the
-// images from the shared folder loaded into each of the guest's runtimes:
-// pause, busybox and the node image into containerd (the kubelet's, the
-// DaemonSet's), the node image into podman and into Docker's engine. It
-// boots a guest on it once, loads them, and powers it off; it logs how
-// long each step took.
-func loadedDisk(t *testing.T, dir, share string) string {
-	t.Helper()
-	testenv.RequireTool(t, "qemu-img")
-	disk := filepath.Join(dir, "node-host.qcow2")
-	if _, err := run(time.Minute, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", filepath.Join(vmImage(t), "disk.img"), disk); err != nil {
-		t.Fatal(err)
-	}
-	v := bootVM(t, dir, share, disk, true)
-	t.Logf("VM booted to load the images (qemu start to ssh answering) in %v, accel %s", v.booted.Round(time.Second), cmdAccel(v))
-	v.waitRunning()
-	for _, step := range []struct{ what, script string }{
-		{"pause, busybox and the node image into containerd", "for a in pause busybox node; do ctr --namespace k8s.io images import %[1]s/images/$a.tar >/dev/null; done"},
-		{"the node image into podman", "podman load --quiet -i %[1]s/images/node.tar"},
-		{"the node image into Docker's engine (started for it, stopped after)", "systemctl start docker.service; docker load --quiet -i %[1]s/images/node.tar; systemctl stop docker.service docker.socket"},
-	} {
-		start := time.Now()
-		if _, err := v.sshTimeout(10*time.Minute, fmt.Sprintf("set -e; mountpoint -q %[1]s; "+step.script, guestShare)); err != nil {
-			t.Fatalf("loading %s in the guest: %v", step.what, err)
-		}
-		t.Logf("loaded %s in %v", step.what, time.Since(start).Round(time.Second))
-	}
-	start := time.Now()
-	if out, err := v.sshTimeout(time.Minute, "sync; systemctl poweroff --no-block"); err != nil {
-		t.Logf("systemctl poweroff: %s %v", out, err)
-	}
-	select {
-	case <-v.qemu.done:
-		t.Logf("the guest with the images powered off in %v", time.Since(start).Round(time.Second))
-	case <-time.After(guestPowerOffBound):
-		t.Fatalf("the guest that loaded the images did not power off within %v", guestPowerOffBound)
-	}
-	return disk
-}
-
 // waitRunning waits until the guest's systemd has finished booting, and
 // logs how long that took.
 func (v *vm) waitRunning() {
@@ -277,11 +238,11 @@ func (v *vm) waitRunning() {
 	t.Logf("guest systemd %s %v after ssh answered (%v after qemu started)", state, time.Since(start).Round(time.Second), (v.booted + time.Since(start)).Round(time.Second))
 }
 
-// bootNodeHost boots a guest (bootVM) on disk, made by loadedDisk, and
-// waits for its systemd to be running.
-func bootNodeHost(t *testing.T, dir, share, disk string) *vm {
+// bootNodeHost boots a guest (bootVM) with the image stores on stores
+// (imageStores) and waits for its systemd to be running.
+func bootNodeHost(t *testing.T, dir, share, stores string) *vm {
 	t.Helper()
-	v := bootVM(t, dir, share, disk, false)
+	v := bootVM(t, dir, share, stores)
 	t.Logf("VM booted (qemu start to ssh answering) in %v, accel %s", v.booted.Round(time.Second), cmdAccel(v))
 	v.waitRunning()
 	return v

@@ -164,7 +164,7 @@ func (h *hostNode) use(t *testing.T, w *guestWatcher) func() {
 // kubelet's systemd cgroup driver and a 30 s shutdownGracePeriod), loads
 // nf_conntrack at boot and now (kube-proxy sets its limits there) and
 // starts both units; the DaemonSet's image is in the guest's containerd
-// (loadedDisk). When the test ends the units are removed and the guest put
+// (imageStores). When the test ends the units are removed and the guest put
 // back.
 func (c *cluster) startGuestHostNode(t *testing.T, v *vm) *hostNode {
 	t.Helper()

@@ -15,7 +15,7 @@ import (
 // startGuestDocker starts the guest's Docker engine, Debian's docker.io
 // with its defaults (the systemd cgroup driver on a cgroup v2 host, the
 // host's containerd), and checks that it reports that driver and has the
-// node image, which loadedDisk loaded into it. The engine keeps running
+// node image, which imageStores put in its store. The engine keeps running
 // for the guest's other Docker cases.
 func startGuestDocker(t *testing.T, v *vm) {
 	t.Helper()

@@ -70,9 +70,9 @@ const (
 // Without it (--drain-on-host-shutdown=false), nodeinit says so, holds no
 // lock on the guest's logind, and no marker comes before the power-down:
 // the guest's systemd stops the container and the pods' scopes on its own.
-func (c *cluster) checkHostShutdown(t *testing.T, share, disk string, drain bool) {
+func (c *cluster) checkHostShutdown(t *testing.T, share, stores string, drain bool) {
 	dir := t.TempDir()
-	v := bootNodeHost(t, dir, share, disk)
+	v := bootNodeHost(t, dir, share, stores)
 
 	setGuestInhibitDelay(t, v)
 

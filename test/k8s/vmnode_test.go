@@ -68,12 +68,12 @@ func TestModernHost(t *testing.T) {
 	start := time.Now()
 	c.fillShare(t, share)
 	t.Logf("shared folder filled (kubelet, kube-proxy, crictl, nodeinit, node image, pod images) in %v", time.Since(start).Round(100*time.Millisecond))
-	disk := loadedDisk(t, t.TempDir(), share)
+	stores := imageStores(t, t.TempDir(), share)
 
 	// The cases that leave the guest as they found it share one guest; the
 	// host's shutdown powers its guest off, so each of its cases boots its own.
 	t.Run("guest", func(t *testing.T) {
-		v := bootNodeHost(t, t.TempDir(), share, disk)
+		v := bootNodeHost(t, t.TempDir(), share, stores)
 		t.Run("facts", func(t *testing.T) { checkModernFacts(t, v) })
 		t.Run("node image", func(t *testing.T) {
 			k := c.runGuestNode(t, v, "")
@@ -116,8 +116,8 @@ func TestModernHost(t *testing.T) {
 		// The DaemonSet's last step powers the guest off.
 		t.Run("daemonset", func(t *testing.T) { c.checkGuestDaemonSet(t, v) })
 	})
-	t.Run("host shutdown drains the node", func(t *testing.T) { c.checkHostShutdown(t, share, disk, true) })
-	t.Run("host shutdown without the drain", func(t *testing.T) { c.checkHostShutdown(t, share, disk, false) })
+	t.Run("host shutdown drains the node", func(t *testing.T) { c.checkHostShutdown(t, share, stores, true) })
+	t.Run("host shutdown without the drain", func(t *testing.T) { c.checkHostShutdown(t, share, stores, false) })
 }
 
 // cmdAccel is the accelerator qemu was started with.
@@ -131,7 +131,8 @@ func cmdAccel(v *vm) string {
 
 // fillShare puts what the guest needs into the shared folder: the kubelet,
 // kube-proxy and crictl, nodeinit, and the node, pause and busybox images
-// as archives (podman save) for podman load and ctr import.
+// as archives (podman save), which imageStores loads into the guest's
+// stores and the Mesos case imports into a containerd of its own.
 func (c *cluster) fillShare(t *testing.T, share string) {
 	t.Helper()
 	for _, b := range []string{"kubelet", "kube-proxy", "crictl"} {
@@ -153,7 +154,8 @@ func (c *cluster) fillShare(t *testing.T, share string) {
 // checkModernFacts checks that the guest is the host this suite is for:
 // /sys/fs/cgroup is cgroup2 with the kubelet's controllers and no v1
 // hierarchy is mounted, systemd is PID 1, containerd runs runc with
-// SystemdCgroup = true, no swap is on, and the API server forward runs.
+// SystemdCgroup = true, no swap is on, the API server forward runs, and the
+// runtimes' roots are the image stores' disk, with the images in them.
 func checkModernFacts(t *testing.T, v *vm) {
 	if fs := strings.TrimSpace(v.ssh("stat -f -c %T /sys/fs/cgroup")); fs != "cgroup2fs" {
 		t.Errorf("/sys/fs/cgroup is %s; want cgroup2fs", fs)
@@ -184,7 +186,17 @@ func checkModernFacts(t *testing.T, v *vm) {
 			t.Errorf("%s is %s in the guest", unit, s)
 		}
 	}
-	t.Logf("guest: cgroup2 only with %v, PID 1 %s, %s with SystemdCgroup = true, no swap", controllers, sysd, cd)
+	roots := strings.TrimSpace(v.ssh(`for d in /var/lib/containerd /var/lib/containers/storage /var/lib/docker; do
+  printf '%s %s\n' $d "$(findmnt -n -o SOURCE --mountpoint $d)"; done`))
+	for _, l := range strings.Split(roots, "\n") {
+		if root, source, _ := strings.Cut(l, " "); !strings.HasPrefix(source, "/dev/vdb[") {
+			t.Errorf("the runtime root %s is not bound from the image stores' disk (/dev/vdb, label %s): %q", root, guestStoresLabel, source)
+		}
+	}
+	if images := strings.Fields(v.ssh(guestCrictl + " images -q | wc -l; podman images -q | wc -l")); !slices.Equal(images, []string{"3", "1"}) {
+		t.Errorf("the guest's stores have %q images (containerd's CRI, podman); want 3 and 1", images)
+	}
+	t.Logf("guest: cgroup2 only with %v, PID 1 %s, %s with SystemdCgroup = true, no swap; the runtimes' roots:\n%s", controllers, sysd, cd, roots)
 }
 
 // runGuestNode starts the node image in the guest's podman with the
