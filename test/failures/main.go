@@ -20,7 +20,7 @@ import (
 // lastEntries is how many log entries of each failed test the summary
 // shows, each by its first line and at most maxWidth bytes of it.
 const (
-	lastEntries = 8
+	lastEntries = 12
 	maxWidth    = 240
 )
 

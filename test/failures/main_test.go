@@ -24,6 +24,10 @@ const failedRun = `{"Action":"run","Package":"p","Test":"TestA"}
 {"Action":"output","Package":"p","Test":"TestA/bad","Output":"    a_test.go:12: 5\n"}
 {"Action":"output","Package":"p","Test":"TestA/bad","Output":"    a_test.go:12: 6\n"}
 {"Action":"output","Package":"p","Test":"TestA/bad","Output":"    a_test.go:12: 7\n"}
+{"Action":"output","Package":"p","Test":"TestA/bad","Output":"    a_test.go:12: 8\n"}
+{"Action":"output","Package":"p","Test":"TestA/bad","Output":"    a_test.go:12: 9\n"}
+{"Action":"output","Package":"p","Test":"TestA/bad","Output":"    a_test.go:12: 10\n"}
+{"Action":"output","Package":"p","Test":"TestA/bad","Output":"    a_test.go:12: 11\n"}
 {"Action":"output","Package":"p","Test":"TestA/bad","Output":"    --- FAIL: TestA/bad (0.00s)\n"}
 {"Action":"fail","Package":"p","Test":"TestA/bad"}
 {"Action":"output","Package":"p","Test":"TestA","Output":"--- FAIL: TestA (0.00s)\n"}
@@ -45,7 +49,8 @@ func TestAFailedRunEndsWithTheFailedLeafsLastEntries(t *testing.T) {
 	}
 	want := "--- the failed tests, each with its last log entries:\np TestA/bad\n" +
 		"    a_test.go:9: entry 2\n    a_test.go:10: the failure: want 0\n    a_test.go:11: a log after it\n" +
-		"    a_test.go:12: 3\n    a_test.go:12: 4\n    a_test.go:12: 5\n    a_test.go:12: 6\n    a_test.go:12: 7\n"
+		"    a_test.go:12: 3\n    a_test.go:12: 4\n    a_test.go:12: 5\n    a_test.go:12: 6\n    a_test.go:12: 7\n" +
+		"    a_test.go:12: 8\n    a_test.go:12: 9\n    a_test.go:12: 10\n    a_test.go:12: 11\n"
 	if summary != want {
 		t.Errorf("the summary is\n%s\nwant\n%s", summary, want)
 	}

@@ -763,10 +763,14 @@ type monitor struct {
 	wg     sync.WaitGroup
 	begun  time.Time
 
-	mu        sync.Mutex
-	requests  int
-	failures  []string
-	failedAt  []time.Time // when each failed request was sent
+	mu       sync.Mutex
+	requests int
+	failures []string
+	failedAt []time.Time // when each failed request was sent
+	// The guest's answered requests: the slowest, and how many took over
+	// a second (under TCG a request is lost only past its 5 s).
+	slowest   time.Duration
+	slow      int
 	ready     []readyChange
 	renewals  []time.Time
 	hands     []hand
@@ -1197,6 +1201,9 @@ func (m *monitor) reportRequests(t *testing.T) {
 	defer m.mu.Unlock()
 	end := time.Now()
 	t.Logf("requests to the Service every 50 ms for %v: %d sent, %d failed", end.Sub(m.begun).Round(time.Second), m.requests, len(m.failures))
+	if m.slowest > 0 {
+		t.Logf("the slowest answer took %v; %d answers took over 1 s", m.slowest.Round(time.Millisecond), m.slow)
+	}
 	for i, f := range m.failures {
 		if i == 20 {
 			t.Logf("  ... and %d more", len(m.failures)-20)

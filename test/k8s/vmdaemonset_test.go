@@ -322,6 +322,14 @@ func (w *guestWatcher) read() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.requests++
+		if f[0] == "ok" && len(f) == 2 {
+			if took, err := time.ParseDuration(f[1] + "s"); err == nil {
+				w.slowest = max(w.slowest, took)
+				if took > time.Second {
+					w.slow++
+				}
+			}
+		}
 		if f[0] != "ok" {
 			w.failures = append(w.failures, at.Format("15:04:05.000")+" "+strings.Join(f, " "))
 			w.failedAt = append(w.failedAt, at)

@@ -3,8 +3,11 @@
 // are. It writes, each line stamped with the guest's clock (the kubelets'
 // too) in Unix seconds:
 //
-//   - requests.log: "T ok" or "T fail ERROR" for a request to the Service
-//     every 50 ms, each on a new connection with a second to answer;
+//   - requests.log: "T ok SECONDS" (how long the answer took) or
+//     "T fail ERROR" for a request to the Service every 50 ms, each on a new
+//     connection with 5 s to answer: under TCG a guest busy starting a
+//     container can hold a process off the CPU for over a second, and a
+//     request answered late is not lost;
 //   - lock.log: "T host PID", "T pod UID PID", "T other PID CGROUP" or
 //     "T none" each time the holder of the kubelet's lock changes, from
 //     /proc/locks every 20 ms (never opening the file: an open is the
@@ -57,7 +60,7 @@ func stamp() string { return strconv.FormatFloat(float64(time.Now().UnixNano())/
 // request asks the Service every 50 ms, each request in a goroutine of
 // its own so that a slow one does not delay the next.
 func request(ip string, out *os.File) {
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
 	lines := make(chan string, 64)
 	go func() {
 		for l := range lines {
@@ -66,7 +69,7 @@ func request(ip string, out *os.File) {
 	}()
 	for range time.Tick(50 * time.Millisecond) {
 		go func() {
-			at := stamp()
+			at, sent := stamp(), time.Now()
 			resp, err := client.Get("http://" + ip + "/")
 			if err == nil {
 				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
@@ -78,7 +81,7 @@ func request(ip string, out *os.File) {
 			if err != nil {
 				lines <- at + " fail " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
 			} else {
-				lines <- at + " ok\n"
+				lines <- at + " ok " + strconv.FormatFloat(time.Since(sent).Seconds(), 'f', 3, 64) + "\n"
 			}
 		}()
 	}
