@@ -2,6 +2,7 @@ package hostlogind_test
 
 import (
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -204,5 +205,38 @@ func TestARefusedLockIsAskedForAgain(t *testing.T) {
 	host.WaitFor(10*time.Second, "a lock at the third call", held(1))
 	if d := time.Since(began); d < 3*time.Second || d > 6*time.Second {
 		t.Errorf("the lock came %v after the start, want 3s (1s and 2s of retries)", d)
+	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// Descriptors that anyone on the host's bus sends nodeinit's connection
+// are closed: 50 signals of 2 descriptors each leave the client holding
+// no more than before.
+func TestDescriptorsSentByAnyoneOnTheHostsBusAreClosed(t *testing.T) {
+	address := hostlogindtest.Bus(t)
+	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
+	c := hostlogind.Start(hostlogind.Options{Address: address})
+	defer c.Close()
+	host.WaitFor(5*time.Second, "a lock", held(1))
+	other := hostlogindtest.Impostor(t, address)
+	before := openFDs(t)
+	other.SendDescriptors(host.Locks()[0].Sender, 50)
+	// The bus passes messages on in order: once the client has the
+	// shutdown, it has read every signal before it.
+	host.PrepareForShutdown(true)
+	shutdownEvent(t, c, true)
+	after := openFDs(t)
+	t.Logf("open descriptors: %d before 50 signals with 2 each, %d after", before, after)
+	if after > before {
+		t.Errorf("%d descriptors more after the signals: the client keeps what it drops", after-before)
 	}
 }
