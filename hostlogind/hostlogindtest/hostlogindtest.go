@@ -49,8 +49,9 @@ type Logind struct {
 
 	mu        sync.Mutex
 	refuse    int           // Inhibit calls to refuse
-	hold      time.Duration // how long Inhibit's replies wait
-	preparing bool          // PreparingForShutdown
+	hold      time.Duration // how long the next holdN Inhibit replies wait
+	holdN     int
+	preparing bool // PreparingForShutdown
 	locks     []*Lock
 	changed   chan struct{} // closed and replaced on every change
 }
@@ -121,12 +122,23 @@ func (l *Logind) SetPreparing(p bool) {
 	l.mu.Unlock()
 }
 
-// HoldReplies makes the replies to the next Inhibit calls wait d (0: none)
-// after the lock is taken, as a logind slower than its client's timeout.
-func (l *Logind) HoldReplies(d time.Duration) {
+// HoldReplies makes the replies to the next n Inhibit calls wait d after
+// the lock is taken, as a logind slower than its client's timeout.
+func (l *Logind) HoldReplies(n int, d time.Duration) {
 	l.mu.Lock()
-	l.hold = d
+	l.hold, l.holdN = d, n
 	l.mu.Unlock()
+}
+
+// held says how long the reply to an Inhibit call waits, 0 for none.
+func (l *Logind) held() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holdN > 0 {
+		l.holdN--
+		return l.hold
+	}
+	return 0
 }
 
 func (l *Logind) refused() bool {
@@ -205,6 +217,7 @@ func (l *Logind) serve(in <-chan *dbus.Message, acquired chan<- struct{}) {
 		iface, _ := m.Headers[dbus.FieldInterface].Value().(string)
 		var body []any
 		var fd = -1
+		var hold time.Duration
 		switch {
 		case iface == "org.freedesktop.DBus.Properties" && member == "Get" && len(m.Body) == 2:
 			l.mu.Lock()
@@ -229,6 +242,7 @@ func (l *Logind) serve(in <-chan *dbus.Message, acquired chan<- struct{}) {
 			continue
 		case member == "Inhibit" && len(m.Body) == 4:
 			var err error
+			hold = l.held()
 			sender, _ := m.Headers[dbus.FieldSender].Value().(string)
 			if fd, err = l.inhibit(m.Body, sender); err != nil {
 				l.t.Error(err)
@@ -244,10 +258,7 @@ func (l *Logind) serve(in <-chan *dbus.Message, acquired chan<- struct{}) {
 			dbus.FieldDestination: m.Headers[dbus.FieldSender],
 			dbus.FieldSignature:   dbus.MakeVariant(dbus.SignatureOf(body...)),
 		}, Body: body}
-		l.mu.Lock()
-		hold := l.hold
-		l.mu.Unlock()
-		if fd >= 0 && hold > 0 {
+		if hold > 0 {
 			go func() {
 				time.Sleep(hold)
 				l.conn.Send(reply, nil)
