@@ -294,7 +294,7 @@ func (c *Client) follow(ctx context.Context, conn *upstream.Caller, msg string) 
 			defer r.Close()
 			return r.Store(&owner)
 		})
-		var derr dbus.Error
+		var derr *upstream.CallError
 		if errors.As(err, &derr) && derr.Name == "org.freedesktop.DBus.Error.NameHasNoOwner" {
 			c.fail(errors.New("there is no logind on the host's system bus (no owner of "+logindName+"); the lock is taken when one comes"), 0)
 			return nil

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeinit/nodeinit/bus/internal/wire"
+	"github.com/nodeinit/nodeinit/internal/clientlog"
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
@@ -183,7 +184,7 @@ func (r *Reply) Close() {
 }
 
 // Call calls member of iface on the object path of dest with args, and
-// waits for its reply until ctx ends. An error reply is a dbus.Error.
+// waits for its reply until ctx ends. An error reply is a *CallError.
 // The reply's descriptors are the caller's (Reply.Close); when ctx ends
 // first, those of a reply that comes later are closed as it comes.
 func (c *Caller) Call(ctx context.Context, dest string, path dbus.ObjectPath, iface, member string, args ...any) (*Reply, error) {
@@ -242,6 +243,17 @@ func (c *Caller) Call(ctx context.Context, dest string, path dbus.ObjectPath, if
 	}
 }
 
+// CallError is an error reply: its name and its text, clipped (the text
+// is the answering peer's and may quote anything).
+type CallError struct {
+	Name string
+	Text string
+}
+
+func (e *CallError) Error() string {
+	return clientlog.Clip(e.Name) + ": " + clientlog.ClipTo(e.Text, clientlog.MaxErrorText)
+}
+
 // answer turns the reply a into Call's results.
 func (c *Caller) answer(a answer) (*Reply, error) {
 	f := a.f
@@ -256,7 +268,11 @@ func (c *Caller) answer(a answer) (*Reply, error) {
 	}
 	if f.typ == dbus.TypeError {
 		wire.CloseFDs(a.fds)
-		return nil, dbus.Error{Name: f.header(dbus.FieldErrorName), Body: m.Body}
+		text := ""
+		if len(m.Body) > 0 {
+			text, _ = m.Body[0].(string)
+		}
+		return nil, &CallError{Name: f.header(dbus.FieldErrorName), Text: text}
 	}
 	return &Reply{Body: m.Body, fds: a.fds}, nil
 }
