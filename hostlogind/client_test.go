@@ -220,25 +220,37 @@ func openFDs(t *testing.T) int {
 }
 
 // Descriptors that anyone on the host's bus sends nodeinit's connection
-// are closed: 50 signals of 2 descriptors each leave the client holding
-// no more than before.
+// are closed: 50 signals of 2 descriptors each (and, where the bus's
+// policy lets them through, as many method calls) leave the client
+// holding no more than before.
 func TestDescriptorsSentByAnyoneOnTheHostsBusAreClosed(t *testing.T) {
-	address := hostlogindtest.Bus(t)
-	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
-	c := hostlogind.Start(hostlogind.Options{Address: address})
-	defer c.Close()
-	host.WaitFor(5*time.Second, "a lock", held(1))
-	other := hostlogindtest.Impostor(t, address)
-	before := openFDs(t)
-	other.SendDescriptors(host.Locks()[0].Sender, 50)
-	// The bus passes messages on in order: once the client has the
-	// shutdown, it has read every signal before it.
-	host.PrepareForShutdown(true)
-	shutdownEvent(t, c, true)
-	after := openFDs(t)
-	t.Logf("open descriptors: %d before 50 signals with 2 each, %d after", before, after)
-	if after > before {
-		t.Errorf("%d descriptors more after the signals: the client keeps what it drops", after-before)
+	for _, calls := range []bool{false, true} {
+		t.Run(map[bool]string{false: "signals", true: "method calls"}[calls], func(t *testing.T) {
+			bus := hostlogindtest.HostBus(t)
+			if calls {
+				bus.SetPolicy(`<allow send_type="method_call"/>`)
+			}
+			host := hostlogindtest.NewLogind(t, bus.Address, 30*time.Second)
+			c := hostlogind.Start(hostlogind.Options{Address: bus.Address})
+			defer c.Close()
+			host.WaitFor(5*time.Second, "a lock", held(1))
+			other := hostlogindtest.Impostor(t, bus.Address)
+			before := openFDs(t)
+			if calls {
+				other.CallWithDescriptors(host.Locks()[0].Sender, 50)
+			} else {
+				other.SendDescriptors(host.Locks()[0].Sender, 50)
+			}
+			// The bus passes messages on in order: once the client has the
+			// shutdown, it has read every message before it.
+			host.PrepareForShutdown(true)
+			shutdownEvent(t, c, true)
+			after := openFDs(t)
+			t.Logf("open descriptors: %d before 50 messages with 2 each, %d after", before, after)
+			if after > before {
+				t.Errorf("%d descriptors more after the messages: the client keeps what it drops", after-before)
+			}
+		})
 	}
 }
 

@@ -360,6 +360,18 @@ func (m *Stranger) PrepareForShutdown(start bool) {
 // It returns once the bus has taken them all.
 func (m *Stranger) SendDescriptors(dest string, n int) {
 	m.t.Helper()
+	m.sendDescriptors(dest, n, dbus.TypeSignal)
+}
+
+// CallWithDescriptors is SendDescriptors with method calls that want no
+// reply, where the bus's policy lets them through.
+func (m *Stranger) CallWithDescriptors(dest string, n int) {
+	m.t.Helper()
+	m.sendDescriptors(dest, n, dbus.TypeMethodCall)
+}
+
+func (m *Stranger) sendDescriptors(dest string, n int, typ dbus.Type) {
+	m.t.Helper()
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		m.t.Fatal(err)
@@ -371,7 +383,7 @@ func (m *Stranger) SendDescriptors(dest string, n int) {
 		if i%2 == 1 {
 			body = []any{struct{ A, B dbus.UnixFD }{dbus.UnixFD(p[0]), dbus.UnixFD(p[1])}}
 		}
-		msg := &dbus.Message{Type: dbus.TypeSignal, Headers: map[dbus.HeaderField]dbus.Variant{
+		msg := &dbus.Message{Type: typ, Flags: dbus.FlagNoReplyExpected, Headers: map[dbus.HeaderField]dbus.Variant{
 			dbus.FieldPath:        dbus.MakeVariant(dbus.ObjectPath("/org/example/Flood")),
 			dbus.FieldInterface:   dbus.MakeVariant("org.example.Flood"),
 			dbus.FieldMember:      dbus.MakeVariant("Descriptors"),
