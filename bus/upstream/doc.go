@@ -48,7 +48,7 @@
 // for. It owns every descriptor that comes to it and keeps none it was
 // not asked for: a reply's go to the call that waits for it (or are
 // closed when the call has stopped waiting), every other message's are
-// closed as it is read. godbus, which nodeinit used there before, passes
-// on only descriptors that are top-level arguments and closes none of a
-// message it drops.
+// closed as it is read. godbus's connection cannot be that: it passes on
+// only descriptors that are top-level arguments (those in a struct or a
+// variant it never names) and closes none of a message it drops.
 package upstream
