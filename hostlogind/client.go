@@ -12,12 +12,15 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeinit/nodeinit/bus/upstream"
 )
 
 // logind's names on the host's bus, and what nodeinit asks of it.
 const (
 	logindName   = "org.freedesktop.login1"
 	logindPath   = dbus.ObjectPath("/org/freedesktop/login1")
+	busPath      = dbus.ObjectPath("/org/freedesktop/DBus")
 	managerIface = "org.freedesktop.login1.Manager"
 	prepare      = managerIface + ".PrepareForShutdown"
 	busName      = "org.freedesktop.DBus"
@@ -74,7 +77,7 @@ func Start(opts Options) *Client {
 		opts.Timeout = DefaultTimeout
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Client{opts: opts, shutdown: make(chan bool, 4), ctx: ctx, cancel: cancel, done: make(chan struct{}),
+	c := &Client{opts: opts, shutdown: make(chan bool), ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		lock: -1, draining: -1}
 	empty := ""
 	c.owner.Store(&empty)
@@ -83,11 +86,14 @@ func Start(opts Options) *Client {
 }
 
 // Shutdown delivers the host's PrepareForShutdown: true when the host
-// begins to shut down, false when that shutdown is cancelled.
+// begins to shut down, false when that shutdown is cancelled. Each is
+// delivered once the one before was received: a Release refers to the
+// last true received.
 func (c *Client) Shutdown() <-chan bool { return c.shutdown }
 
-// Delay is the host's InhibitDelayMaxUSec as read when the lock was last
-// taken: the longest the host's shutdown waits for the node. 0: unknown.
+// Delay is the host's InhibitDelayMaxUSec as read when the host's
+// shutdown began (or the lock was last taken): the longest the host's
+// shutdown waits for the node. 0: unknown.
 func (c *Client) Delay() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -102,7 +108,8 @@ func (c *Client) Held() bool {
 }
 
 // Release lets the host's shutdown go on: it closes the lock that was held
-// when PrepareForShutdown(true) came. It does nothing when there is none.
+// when the last PrepareForShutdown(true) received came. It does nothing
+// when there is none, or that shutdown was cancelled.
 func (c *Client) Release() {
 	if c.closeLock(&c.draining) {
 		klog.InfoS("Released the shutdown delay lock on the host's logind: the host's shutdown goes on")
@@ -196,25 +203,17 @@ func (c *Client) closeLock(held *int) bool {
 	return true
 }
 
-// signalQueue takes godbus's signals without ever blocking its reader:
-// only logind's PrepareForShutdown from its owner and the bus's
-// NameOwnerChanged, the rest dropped, and those too when the queue is full.
-type signalQueue struct {
-	ch    chan *dbus.Signal
-	owner *atomic.Pointer[string]
-}
-
-func (q signalQueue) DeliverSignal(_, _ string, s *dbus.Signal) {
+// wanted says which signals the connection hands over: logind's
+// PrepareForShutdown from its owner, on its path, and the bus's
+// NameOwnerChanged. The rest are dropped unread, their descriptors closed.
+func (c *Client) wanted(sender, path, iface, member string) bool {
 	switch {
-	case s.Name == prepare && s.Path == logindPath && s.Sender != "" && s.Sender == *q.owner.Load():
-	case s.Name == ownerChanged && s.Sender == busName:
-	default:
-		return
+	case iface == managerIface && member == "PrepareForShutdown":
+		return path == string(logindPath) && sender != "" && sender == *c.owner.Load()
+	case iface == busName && member == "NameOwnerChanged":
+		return sender == busName
 	}
-	select {
-	case q.ch <- s:
-	default:
-	}
+	return false
 }
 
 // session is one connection to the host's bus: it takes the lock and
@@ -226,40 +225,32 @@ func (c *Client) session() (err error) {
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
-	ctx, cancel := context.WithCancel(c.ctx)
-	defer cancel()
-	q := signalQueue{ch: make(chan *dbus.Signal, 16), owner: &c.owner}
-	// The handshake and Hello have no context of their own: the timer
-	// closes the connection under them.
-	timer := time.AfterFunc(c.opts.Timeout, cancel)
-	conn, err := dbus.Connect(c.opts.Address, dbus.WithContext(ctx), dbus.WithSignalHandler(q))
-	if !timer.Stop() {
-		if conn != nil {
-			conn.Close()
-		}
-		return fmt.Errorf("connect to the host's system bus %s: no answer within %v", c.opts.Address, c.opts.Timeout)
-	}
+	ctx := c.ctx
+	conn, err := upstream.DialCaller(c.opts.Address, c.opts.Timeout, c.wanted)
 	if err != nil {
 		return fmt.Errorf("connect to the host's system bus %s: %w", c.opts.Address, err)
 	}
-	defer conn.Close()
-	if !conn.SupportsUnixFDs() {
-		return errors.New("the host's system bus does not pass file descriptors")
-	}
+	defer func() {
+		conn.Close()
+		if n := conn.Dropped(); n > 0 {
+			klog.V(2).InfoS("Dropped messages from the host's system bus", "count", n)
+		}
+	}()
 	// The rules come first: no shutdown and no new owner falls between
 	// the lock and the watch.
 	if err := c.call(ctx, func(ctx context.Context) error {
-		if err := conn.AddMatchSignalContext(ctx, dbus.WithMatchSender(logindName), dbus.WithMatchObjectPath(logindPath),
-			dbus.WithMatchInterface(managerIface), dbus.WithMatchMember("PrepareForShutdown")); err != nil {
+		if _, err := conn.Call(ctx, busName, busPath, busName, "AddMatch",
+			"type='signal',sender='"+logindName+"',path='"+string(logindPath)+"',interface='"+managerIface+"',member='PrepareForShutdown'"); err != nil {
 			return err
 		}
-		return conn.AddMatchSignalContext(ctx, dbus.WithMatchSender(busName), dbus.WithMatchInterface(busName),
-			dbus.WithMatchMember("NameOwnerChanged"), dbus.WithMatchArg(0, logindName))
+		_, err := conn.Call(ctx, busName, busPath, busName, "AddMatch",
+			"type='signal',sender='"+busName+"',interface='"+busName+"',member='NameOwnerChanged',arg0='"+logindName+"'")
+		return err
 	}); err != nil {
 		return fmt.Errorf("add match rules on the host's system bus: %w", err)
 	}
-	// A lock that could not be taken from a logind that is there is
-	// asked for again, after 1 s, doubling to 30 s.
+	// What fails while the bus is there (GetNameOwner, reading logind's
+	// state, the lock) is tried again after 1 s, doubling to 30 s.
 	var retry <-chan time.Time
 	wait := firstRetry
 	again := func(err error) {
@@ -272,37 +263,117 @@ func (c *Client) session() (err error) {
 		retry = time.After(wait)
 		wait = min(2*wait, maxRetry)
 	}
-	var owner string
-	if err := c.call(ctx, func(ctx context.Context) error {
-		return conn.BusObject().CallWithContext(ctx, busName+".GetNameOwner", 0, logindName).Store(&owner)
-	}); err != nil {
-		c.fail(fmt.Errorf("the host's logind: %w", err), 0)
-	} else {
-		c.owner.Store(&owner)
-		again(c.take(ctx, conn, "Took a shutdown delay lock on the host's logind: the host's shutdown drains the node"))
-	}
+	again(c.follow(ctx, conn, "Took a shutdown delay lock on the host's logind: the host's shutdown drains the node"))
 	for {
 		select {
-		case <-conn.Context().Done():
-			return errors.New("the connection to the host's system bus ended")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-conn.Done():
+			return fmt.Errorf("the connection to the host's system bus ended: %w", conn.Err())
 		case <-retry:
-			if *c.owner.Load() != "" {
-				again(c.take(ctx, conn, "Took a shutdown delay lock on the host's logind: the host's shutdown drains the node"))
-			}
-		case s := <-q.ch:
-			if took, err := c.handle(ctx, conn, s); took {
+			again(c.follow(ctx, conn, "Took a shutdown delay lock on the host's logind: the host's shutdown drains the node"))
+		case m := <-conn.Signals():
+			if took, err := c.handle(ctx, conn, m); took {
 				again(err)
 			}
 		}
 	}
 }
 
+// follow finds logind's owner, where it is not known, and then acts on
+// logind's state (sync). No logind on the bus is logged once; its
+// arrival (NameOwnerChanged) brings the lock.
+func (c *Client) follow(ctx context.Context, conn *upstream.Caller, msg string) error {
+	if *c.owner.Load() == "" {
+		var owner string
+		err := c.call(ctx, func(ctx context.Context) error {
+			r, err := conn.Call(ctx, busName, busPath, busName, "GetNameOwner", logindName)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			return r.Store(&owner)
+		})
+		var derr *upstream.CallError
+		if errors.As(err, &derr) && derr.Name == "org.freedesktop.DBus.Error.NameHasNoOwner" {
+			c.fail(errors.New("there is no logind on the host's system bus (no owner of "+logindName+"); the lock is taken when one comes"), 0)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("the owner of %s on the host's bus: %w", logindName, err)
+		}
+		c.owner.Store(&owner)
+	}
+	return c.sync(ctx, conn, msg)
+}
+
+// sync reads whether the host is shutting down, and its delay, and acts
+// on what it missed while it did not follow logind (a lost connection, a
+// logind restart): a shutdown under way takes no lock, which would only
+// delay it, and is delivered; one cancelled unheard takes the lock again
+// and is delivered as cancelled; otherwise a lock is taken.
+func (c *Client) sync(ctx context.Context, conn *upstream.Caller, msg string) error {
+	var preparing bool
+	var delay time.Duration
+	if err := c.call(ctx, func(ctx context.Context) error {
+		if err := c.property(ctx, conn, "PreparingForShutdown", &preparing); err != nil {
+			return err
+		}
+		var err error
+		delay, err = c.readDelay(ctx, conn)
+		return err
+	}); err != nil {
+		return fmt.Errorf("the host's logind: %w", err)
+	}
+	c.mu.Lock()
+	c.delay = delay
+	was := c.preparing
+	c.mu.Unlock()
+	switch {
+	case preparing && was:
+		return nil // the shutdown goes on; its lock waits for Release
+	case preparing:
+		c.begin("The host is shutting down already: draining the node")
+		return nil
+	case was:
+		klog.InfoS("The host's shutdown was cancelled while nodeinit did not follow its logind")
+		return c.cancelled(ctx, conn)
+	}
+	return c.take(ctx, conn, msg, delay)
+}
+
+// property reads one of logind's Manager properties into v.
+func (c *Client) property(ctx context.Context, conn *upstream.Caller, name string, v any) error {
+	r, err := conn.Call(ctx, logindName, logindPath, "org.freedesktop.DBus.Properties", "Get", managerIface, name)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", name, err)
+	}
+	defer r.Close()
+	var variant dbus.Variant
+	if err := r.Store(&variant); err != nil {
+		return fmt.Errorf("read %s: %w", name, err)
+	}
+	if err := variant.Store(v); err != nil {
+		return fmt.Errorf("read %s: %w", name, err)
+	}
+	return nil
+}
+
+// readDelay reads the host's InhibitDelayMaxUSec.
+func (c *Client) readDelay(ctx context.Context, conn *upstream.Caller) (time.Duration, error) {
+	var usec uint64
+	if err := c.property(ctx, conn, "InhibitDelayMaxUSec", &usec); err != nil {
+		return 0, err
+	}
+	return time.Duration(min(usec, uint64(1<<63-1)/1000)) * time.Microsecond, nil
+}
+
 // handle follows one signal of logind's or about it. took says whether
 // it asked for a lock, and err why it has none.
-func (c *Client) handle(ctx context.Context, conn *dbus.Conn, s *dbus.Signal) (took bool, err error) {
-	if s.Name == ownerChanged {
+func (c *Client) handle(ctx context.Context, conn *upstream.Caller, m *dbus.Message) (took bool, err error) {
+	if member, _ := m.Headers[dbus.FieldMember].Value().(string); member == "NameOwnerChanged" {
 		var name, old, owner string
-		if err := dbus.Store(s.Body, &name, &old, &owner); err != nil || name != logindName {
+		if err := dbus.Store(m.Body, &name, &old, &owner); err != nil || name != logindName {
 			return false, nil
 		}
 		c.owner.Store(&owner)
@@ -310,66 +381,97 @@ func (c *Client) handle(ctx context.Context, conn *dbus.Conn, s *dbus.Signal) (t
 			klog.InfoS("The host's logind has left the bus; its lock is kept for its return", "was", old)
 			return true, nil // nothing to ask again until it is back
 		}
-		return true, c.take(ctx, conn, "The host's logind has a new owner: took a new shutdown delay lock there")
+		return true, c.sync(ctx, conn, "The host's logind has a new owner: took a new shutdown delay lock there")
 	}
 	var start bool
-	if err := dbus.Store(s.Body, &start); err != nil {
+	if err := dbus.Store(m.Body, &start); err != nil {
 		return false, nil
 	}
-	if start {
-		c.mu.Lock()
-		c.preparing = true
-		if c.draining < 0 {
-			c.draining, c.lock = c.lock, -1
+	c.mu.Lock()
+	was := c.preparing
+	c.mu.Unlock()
+	switch {
+	case start == was:
+		return false, nil // what sync has found already
+	case start:
+		// The delay as it is now: a reload of logind's configuration
+		// changes it with no signal. logind has just spoken, so it is
+		// asked briefly; the last known value stands in.
+		rctx, cancel := context.WithTimeout(ctx, min(c.opts.Timeout, time.Second))
+		if delay, err := c.readDelay(rctx, conn); err == nil {
+			c.mu.Lock()
+			c.delay = delay
+			c.mu.Unlock()
 		}
-		held := c.draining >= 0
-		c.mu.Unlock()
-		klog.InfoS("The host is shutting down: draining the node", "hostLockHeld", held, "hostDelay", c.Delay())
-	} else {
-		c.mu.Lock()
-		c.preparing = false
-		c.mu.Unlock()
-		klog.InfoS("The host's shutdown was cancelled")
-		// A new lock, then the old one goes, as the kubelet does: the
-		// host is never left unlocked between the two.
-		took, err = true, c.take(ctx, conn, "Took a new shutdown delay lock on the host's logind after the cancelled shutdown")
-		c.mu.Lock()
-		old := c.draining
-		c.draining = -1
-		c.mu.Unlock()
-		if old >= 0 {
-			_ = unix.Close(old)
-		}
+		cancel()
+		c.begin("The host is shutting down: draining the node")
+		return false, nil
 	}
-	select {
-	case c.shutdown <- start:
-	case <-ctx.Done():
-	}
-	return took, err
+	klog.InfoS("The host's shutdown was cancelled")
+	return true, c.cancelled(ctx, conn)
 }
 
-// take reads the host's delay and takes a new lock, then closes the one
-// it replaces. Not while the host is shutting down: a new lock would only
-// delay it.
-func (c *Client) take(ctx context.Context, conn *dbus.Conn, msg string) error {
+// begin follows the host's shutdown: the lock held becomes the one
+// Release lets go, and true is delivered. The lock moves before the
+// delivery, which waits for the receiver: a Release that follows the
+// receipt finds it, and one for an earlier shutdown cannot come after it.
+func (c *Client) begin(msg string) {
+	c.mu.Lock()
+	c.preparing = true
+	if c.draining < 0 {
+		c.draining, c.lock = c.lock, -1
+	}
+	held := c.draining >= 0
+	delay := c.delay
+	c.mu.Unlock()
+	klog.InfoS(msg, "hostLockHeld", held, "hostDelay", delay)
+	c.deliver(true)
+}
+
+// cancelled follows a cancelled shutdown: a new lock, then the old one
+// goes, as the kubelet does (the host is never left unlocked between the
+// two), and false is delivered.
+func (c *Client) cancelled(ctx context.Context, conn *upstream.Caller) error {
+	c.mu.Lock()
+	c.preparing = false
+	c.mu.Unlock()
+	var err error
+	if delay, derr := c.readDelay(ctx, conn); derr != nil {
+		err = fmt.Errorf("the host's logind: %w", derr)
+	} else {
+		err = c.take(ctx, conn, "Took a new shutdown delay lock on the host's logind after the cancelled shutdown", delay)
+	}
+	c.closeLock(&c.draining)
+	c.deliver(false)
+	return err
+}
+
+// deliver hands a shutdown's start or cancel to the receiver of Shutdown,
+// and returns once it has it (or at Close).
+func (c *Client) deliver(start bool) {
+	select {
+	case c.shutdown <- start:
+	case <-c.ctx.Done():
+	}
+}
+
+// take takes a new lock, then closes the one it replaces. Not while the
+// host is shutting down: a new lock would only delay it.
+func (c *Client) take(ctx context.Context, conn *upstream.Caller, msg string, delay time.Duration) error {
 	c.mu.Lock()
 	preparing := c.preparing
 	c.mu.Unlock()
 	if preparing {
 		return nil
 	}
-	var usec uint64
-	var fd dbus.UnixFD = -1
+	fd := -1
 	err := c.call(ctx, func(ctx context.Context) error {
-		logind := conn.Object(logindName, logindPath)
-		var v dbus.Variant
-		if err := logind.CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, managerIface, "InhibitDelayMaxUSec").Store(&v); err != nil {
-			return fmt.Errorf("read InhibitDelayMaxUSec: %w", err)
+		r, err := conn.Call(ctx, logindName, logindPath, managerIface, "Inhibit", what, Who, Why, mode)
+		if err != nil {
+			return fmt.Errorf("call Inhibit: %w", err)
 		}
-		if err := v.Store(&usec); err != nil {
-			return fmt.Errorf("read InhibitDelayMaxUSec: %w", err)
-		}
-		if err := logind.CallWithContext(ctx, managerIface+".Inhibit", 0, what, Who, Why, mode).Store(&fd); err != nil {
+		defer r.Close()
+		if fd, err = r.TakeFD(0); err != nil {
 			return fmt.Errorf("call Inhibit: %w", err)
 		}
 		return nil
@@ -377,10 +479,9 @@ func (c *Client) take(ctx context.Context, conn *dbus.Conn, msg string) error {
 	if err != nil {
 		return fmt.Errorf("the host's logind: %w", err)
 	}
-	delay := time.Duration(min(usec, uint64(1<<63-1)/1000)) * time.Microsecond
 	c.mu.Lock()
 	old := c.lock
-	c.lock, c.delay, c.failed = int(fd), delay, false
+	c.lock, c.delay, c.failed = fd, delay, false
 	closed := c.closed
 	if closed {
 		c.lock = -1
@@ -390,7 +491,7 @@ func (c *Client) take(ctx context.Context, conn *dbus.Conn, msg string) error {
 		_ = unix.Close(old)
 	}
 	if closed {
-		_ = unix.Close(int(fd))
+		_ = unix.Close(fd)
 		return nil
 	}
 	kv := []any{"hostDelay", delay}

@@ -2,10 +2,12 @@ package hostlogind_test
 
 import (
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/nodeinit/nodeinit/bus/upstream"
 	"github.com/nodeinit/nodeinit/hostlogind"
 	"github.com/nodeinit/nodeinit/hostlogind/hostlogindtest"
 )
@@ -205,4 +207,231 @@ func TestARefusedLockIsAskedForAgain(t *testing.T) {
 	if d := time.Since(began); d < 3*time.Second || d > 6*time.Second {
 		t.Errorf("the lock came %v after the start, want 3s (1s and 2s of retries)", d)
 	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// Descriptors that anyone on the host's bus sends nodeinit's connection
+// are closed: 50 signals of 2 descriptors each (and, where the bus's
+// policy lets them through, as many method calls) leave the client
+// holding no more than before.
+func TestDescriptorsSentByAnyoneOnTheHostsBusAreClosed(t *testing.T) {
+	for _, calls := range []bool{false, true} {
+		t.Run(map[bool]string{false: "signals", true: "method calls"}[calls], func(t *testing.T) {
+			bus := hostlogindtest.HostBus(t)
+			if calls {
+				bus.SetPolicy(`<allow send_type="method_call"/>`)
+			}
+			host := hostlogindtest.NewLogind(t, bus.Address, 30*time.Second)
+			c := hostlogind.Start(hostlogind.Options{Address: bus.Address})
+			defer c.Close()
+			host.WaitFor(5*time.Second, "a lock", held(1))
+			other := hostlogindtest.Impostor(t, bus.Address)
+			before := openFDs(t)
+			if calls {
+				other.CallWithDescriptors(host.Locks()[0].Sender, 50)
+			} else {
+				other.SendDescriptors(host.Locks()[0].Sender, 50)
+			}
+			// The bus passes messages on in order: once the client has the
+			// shutdown, it has read every message before it.
+			host.PrepareForShutdown(true)
+			shutdownEvent(t, c, true)
+			after := openFDs(t)
+			t.Logf("open descriptors: %d before 50 messages with 2 each, %d after", before, after)
+			if after > before {
+				t.Errorf("%d descriptors more after the messages: the client keeps what it drops", after-before)
+			}
+		})
+	}
+}
+
+// released is a condition on the stand-in's locks: the first has been
+// released, and n are held now.
+func released(n int) func([]hostlogindtest.Lock) bool {
+	return func(locks []hostlogindtest.Lock) bool {
+		return len(locks) > 0 && !locks[0].Released.IsZero() && held(n)(locks)
+	}
+}
+
+// An Inhibit reply that comes after the call's timeout is not an orphan
+// lock on the host: its descriptor is closed as it comes, and the lock
+// asked for again is the one held.
+func TestAnInhibitReplyAfterTheTimeoutIsClosed(t *testing.T) {
+	address := hostlogindtest.Bus(t)
+	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
+	host.HoldReplies(1, 1500*time.Millisecond)
+	c := hostlogind.Start(hostlogind.Options{Address: address, Timeout: 500 * time.Millisecond})
+	defer c.Close()
+	host.WaitFor(10*time.Second, "the late reply's lock released, the next one held", released(1))
+	locks := host.Locks()
+	if d := locks[0].Released.Sub(locks[0].Taken); d < 1400*time.Millisecond || d > 4*time.Second {
+		t.Errorf("the late reply's lock was released %v after it was taken, want as its reply came (1.5s)", d)
+	}
+	// The stand-in counts a lock before its reply is out.
+	deadline := time.Now().Add(2 * time.Second)
+	for !c.Held() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !c.Held() {
+		t.Error("Held is false with a lock held")
+	}
+}
+
+// A GetNameOwner that fails (here the host's policy refuses it) is asked
+// again, after 1 s, and the lock is taken once it answers.
+func TestAFailedGetNameOwnerIsAskedAgain(t *testing.T) {
+	bus := hostlogindtest.HostBus(t)
+	bus.SetPolicy(`<deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus" send_member="GetNameOwner"/>`)
+	host := hostlogindtest.NewLogind(t, bus.Address, 30*time.Second)
+	c := hostlogind.Start(hostlogind.Options{Address: bus.Address})
+	defer c.Close()
+	time.Sleep(1500 * time.Millisecond)
+	if n := len(host.Locks()); n != 0 {
+		t.Fatalf("%d locks taken while GetNameOwner was refused", n)
+	}
+	bus.SetPolicy("")
+	host.WaitFor(5*time.Second, "a lock once GetNameOwner answers", held(1))
+}
+
+// Connecting while the host is shutting down takes no lock, which would
+// only delay that shutdown; the shutdown is delivered, and its cancel
+// brings the lock.
+func TestConnectingWhileTheHostShutsDownTakesNoLock(t *testing.T) {
+	address := hostlogindtest.Bus(t)
+	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
+	host.SetPreparing(true)
+	c := hostlogind.Start(hostlogind.Options{Address: address})
+	defer c.Close()
+	shutdownEvent(t, c, true)
+	time.Sleep(300 * time.Millisecond)
+	if n := len(host.Locks()); n != 0 || c.Held() {
+		t.Fatalf("%d locks taken on a host already shutting down (Held %v)", n, c.Held())
+	}
+	c.Release() // nothing held: nothing happens
+	host.SetPreparing(false)
+	host.PrepareForShutdown(false)
+	shutdownEvent(t, c, false)
+	host.WaitFor(5*time.Second, "a lock after the cancel", held(1))
+}
+
+// The connection to the host's bus lost during a shutdown that is
+// cancelled meanwhile: the next connection finds the host no longer
+// shutting down, delivers the cancel and takes the lock again.
+func TestAShutdownCancelledWhileTheBusWasLostTakesTheLockAgain(t *testing.T) {
+	bus := hostlogindtest.HostBus(t)
+	first := hostlogindtest.NewLogind(t, bus.Address, 30*time.Second)
+	c := hostlogind.Start(hostlogind.Options{Address: bus.Address})
+	defer c.Close()
+	first.WaitFor(5*time.Second, "a lock", held(1))
+	first.PrepareForShutdown(true)
+	shutdownEvent(t, c, true)
+	bus.Stop()
+	bus.Start()
+	second := hostlogindtest.NewLogind(t, bus.Address, 30*time.Second)
+	shutdownEvent(t, c, false)
+	second.WaitFor(5*time.Second, "a lock on the host after the cancel", held(1))
+	first.WaitFor(time.Second, "the cancelled shutdown's lock released", held(0))
+}
+
+// A Release answers the shutdown it follows: true, false, true in quick
+// succession, and the first shutdown's Release (a drain that ended before
+// the cancel was received) leaves the second shutdown's lock held.
+func TestAReleaseDoesNotLetALaterShutdownGo(t *testing.T) {
+	address := hostlogindtest.Bus(t)
+	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
+	c := hostlogind.Start(hostlogind.Options{Address: address})
+	defer c.Close()
+	host.WaitFor(5*time.Second, "a lock", held(1))
+	host.PrepareForShutdown(true)
+	host.PrepareForShutdown(false)
+	host.PrepareForShutdown(true)
+	shutdownEvent(t, c, true)
+	host.WaitFor(5*time.Second, "a new lock after the cancel, the first released", released(1))
+	time.Sleep(200 * time.Millisecond) // time for the second shutdown to come in
+	c.Release()
+	shutdownEvent(t, c, false)
+	shutdownEvent(t, c, true)
+	time.Sleep(200 * time.Millisecond)
+	if host.Held() != 1 {
+		t.Fatalf("the second shutdown's lock was released by the first one's Release; locks: %+v", host.Locks())
+	}
+	c.Release()
+	host.WaitFor(5*time.Second, "the second shutdown's release", held(0))
+}
+
+// The delay delivered with a shutdown is the host's as it is when the
+// shutdown begins: a reload of logind's configuration changes it with no
+// signal.
+func TestTheDelayIsReadWhenTheShutdownBegins(t *testing.T) {
+	address := hostlogindtest.Bus(t)
+	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
+	c := hostlogind.Start(hostlogind.Options{Address: address})
+	defer c.Close()
+	host.WaitFor(5*time.Second, "a lock", held(1))
+	testDelay(t, c, 30*time.Second)
+	host.SetDelay(10 * time.Second)
+	host.PrepareForShutdown(true)
+	shutdownEvent(t, c, true)
+	if d := c.Delay(); d != 10*time.Second {
+		t.Errorf("Delay %v as the shutdown is received, want the reloaded 10s", d)
+	}
+}
+
+// The host's bus lost and regained while a lock is held: the lock is
+// closed with the connection (nobody would hear the shutdown it delays),
+// the connect is tried again after 1 s, then 2 s, 4 s..., and the lock is
+// taken on the bus that comes back.
+func TestTheHostsBusLostAndRegainedWhileALockIsHeld(t *testing.T) {
+	bus := hostlogindtest.HostBus(t)
+	first := hostlogindtest.NewLogind(t, bus.Address, 30*time.Second)
+	c := hostlogind.Start(hostlogind.Options{Address: bus.Address})
+	defer c.Close()
+	first.WaitFor(5*time.Second, "a lock", held(1))
+	lost := time.Now()
+	bus.Stop()
+	first.WaitFor(2*time.Second, "the lock's release with the connection", held(0))
+	// While the bus is away, something that takes connections and closes
+	// them at once is there: when it is connected to is the schedule.
+	sock, err := upstream.UnixSocket(bus.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tries []time.Duration
+	for range 2 {
+		conn, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tries = append(tries, time.Since(lost))
+		conn.Close()
+	}
+	ln.Close()
+	if tries[0] < 900*time.Millisecond || tries[0] > 2500*time.Millisecond {
+		t.Errorf("the first connect came %v after the loss, want about 1s", tries[0])
+	}
+	if gap := tries[1] - tries[0]; gap < 1900*time.Millisecond || gap > 3500*time.Millisecond {
+		t.Errorf("the second connect came %v after the first, want about 2s", gap)
+	}
+	bus.Start()
+	second := hostlogindtest.NewLogind(t, bus.Address, 20*time.Second)
+	second.WaitFor(8*time.Second, "a lock on the bus that came back, 4s after the last try", held(1))
+	if d := time.Since(lost) - tries[1]; d < 3900*time.Millisecond {
+		t.Errorf("the third connect came %v after the second, want 4s", d)
+	}
+	testDelay(t, c, 20*time.Second)
+	t.Logf("connects after the loss: %v, then the lock on the bus that came back %v after it", tries, time.Since(lost).Round(time.Millisecond))
 }

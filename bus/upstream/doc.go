@@ -41,4 +41,14 @@
 // connects again, as godbus's and go-systemd's users do (runc's systemd
 // manager connects again when it finds its connection closed); its match
 // rules and names up there are gone with it.
+//
+// Caller is the other use of the same wire code: a connection of
+// nodeinit's own to a system bus (the host's, where package hostlogind
+// holds its lock), that calls methods and follows the signals it filters
+// for. It owns every descriptor that comes to it and keeps none it was
+// not asked for: a reply's go to the call that waits for it (or are
+// closed when the call has stopped waiting), every other message's are
+// closed as it is read. godbus's connection cannot be that: it passes on
+// only descriptors that are top-level arguments (those in a struct or a
+// variant it never names) and closes none of a message it drops.
 package upstream

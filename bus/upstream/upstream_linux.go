@@ -219,30 +219,39 @@ func (u *Conn) open(unixFD bool) error {
 	if u.raw, err = u.nc.SyscallConn(); err != nil {
 		return err
 	}
-	if err := u.nc.SetDeadline(time.Now().Add(dialTimeout)); err != nil {
-		return err
-	}
 	u.fds = wire.NewFDReader(u.raw)
 	u.r = bufio.NewReaderSize(u.fds, 4096)
+	u.name, u.unixFD, err = handshake(u.nc, u.raw, u.r, unixFD, dialTimeout)
+	return err
+}
+
+// handshake authenticates as this process's user (EXTERNAL), asks for unix
+// fd passing when unixFD, and says Hello, on nc, whose bytes r reads,
+// within timeout. It returns the unique name the bus gave and whether the
+// bus agreed to pass descriptors.
+func handshake(nc *net.UnixConn, raw syscall.RawConn, r *bufio.Reader, unixFD bool, timeout time.Duration) (name string, agreed bool, err error) {
+	if err := nc.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return "", false, err
+	}
 	line := func(send string) (string, error) {
-		if err := linux.SendAll(u.raw, []byte(send), nil); err != nil {
+		if err := linux.SendAll(raw, []byte(send), nil); err != nil {
 			return "", err
 		}
-		return wire.ReadAuthLine(u.r)
+		return wire.ReadAuthLine(r)
 	}
 	uid := hex.EncodeToString([]byte(strconv.Itoa(os.Getuid())))
 	got, err := line("\x00AUTH EXTERNAL " + uid + "\r\n")
 	if err != nil {
-		return err
+		return "", false, err
 	}
 	if !strings.HasPrefix(got, "OK ") {
-		return fmt.Errorf("the upstream bus refused EXTERNAL authentication: %q", got)
+		return "", false, fmt.Errorf("the upstream bus refused EXTERNAL authentication: %q", got)
 	}
 	if unixFD {
 		if got, err = line("NEGOTIATE_UNIX_FD\r\n"); err != nil {
-			return err
+			return "", false, err
 		}
-		u.unixFD = got == "AGREE_UNIX_FD"
+		agreed = got == "AGREE_UNIX_FD"
 	}
 	hello := wire.WithBody(&dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
 		dbus.FieldDestination: dbus.MakeVariant(busName),
@@ -252,25 +261,25 @@ func (u *Conn) open(unixFD bool) error {
 	}})
 	data, _, err := wire.Encode(hello, 1)
 	if err != nil {
-		return err
+		return "", false, err
 	}
-	if err := linux.SendAll(u.raw, append([]byte("BEGIN\r\n"), data...), nil); err != nil {
-		return err
+	if err := linux.SendAll(raw, append([]byte("BEGIN\r\n"), data...), nil); err != nil {
+		return "", false, err
 	}
 	// The reply comes first; a bus sends nothing else before it.
-	raw, err := wire.ReadMessage(u.r)
+	m, err := wire.ReadMessage(r)
 	if err != nil {
-		return err
+		return "", false, err
 	}
-	m, err := wire.Decode(raw)
+	reply, err := wire.Decode(m)
 	if err != nil {
-		return err
+		return "", false, err
 	}
-	if m.Type != dbus.TypeMethodReply || len(m.Body) != 1 {
-		return fmt.Errorf("the upstream bus answered Hello with %s", m)
+	if reply.Type != dbus.TypeMethodReply || len(reply.Body) != 1 {
+		return "", false, fmt.Errorf("the upstream bus answered Hello with %s", reply)
 	}
-	u.name, _ = m.Body[0].(string)
-	return u.nc.SetDeadline(time.Time{})
+	name, _ = reply.Body[0].(string)
+	return name, agreed, nc.SetDeadline(time.Time{})
 }
 
 // Start passes messages both ways, on two goroutines of the bus's.

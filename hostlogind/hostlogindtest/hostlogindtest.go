@@ -2,8 +2,9 @@
 // nodeinit's drain on the host's shutdown: a real dbus-daemon with the
 // stock system bus's policy, and a stand-in for the host's systemd-logind
 // on it that owns org.freedesktop.login1, reports InhibitDelayMaxUSec,
-// answers Inhibit with the write end of a pipe and records when each lock
-// is taken and released, and emits PrepareForShutdown.
+// and PreparingForShutdown, answers Inhibit with the write end of a pipe
+// and records when each lock is taken and released, and emits
+// PrepareForShutdown.
 package hostlogindtest
 
 import (
@@ -26,9 +27,17 @@ func Bus(t testing.TB) string {
 	return address
 }
 
+// HostBus is Bus as a testenv.Bus, which the test may stop and start
+// again on the same address, and whose policy it may change.
+func HostBus(t testing.TB) *testenv.Bus {
+	t.Helper()
+	return testenv.NewSystemBus(t, "org.freedesktop.login1")
+}
+
 // Lock is one delay lock taken from the stand-in.
 type Lock struct {
 	Who, Why, What, Mode string
+	Sender               string    // the unique name of the connection that took it
 	Taken, Released      time.Time // Released is zero while it is held
 }
 
@@ -38,10 +47,13 @@ type Logind struct {
 	conn  *dbus.Conn
 	delay time.Duration
 
-	mu      sync.Mutex
-	refuse  int // Inhibit calls to refuse
-	locks   []*Lock
-	changed chan struct{} // closed and replaced on every change
+	mu        sync.Mutex
+	refuse    int           // Inhibit calls to refuse
+	hold      time.Duration // how long the next holdN Inhibit replies wait
+	holdN     int
+	preparing bool // PreparingForShutdown
+	locks     []*Lock
+	changed   chan struct{} // closed and replaced on every change
 }
 
 // NewLogind connects to the bus at address, owns org.freedesktop.login1
@@ -92,6 +104,41 @@ func (l *Logind) Refuse(n int) {
 	l.mu.Lock()
 	l.refuse = n
 	l.mu.Unlock()
+}
+
+// SetDelay changes InhibitDelayMaxUSec, as a reload of logind's
+// configuration does.
+func (l *Logind) SetDelay(d time.Duration) {
+	l.mu.Lock()
+	l.delay = d
+	l.mu.Unlock()
+}
+
+// SetPreparing sets PreparingForShutdown, which logind reports true
+// between its PrepareForShutdown(true) and (false).
+func (l *Logind) SetPreparing(p bool) {
+	l.mu.Lock()
+	l.preparing = p
+	l.mu.Unlock()
+}
+
+// HoldReplies makes the replies to the next n Inhibit calls wait d after
+// the lock is taken, as a logind slower than its client's timeout.
+func (l *Logind) HoldReplies(n int, d time.Duration) {
+	l.mu.Lock()
+	l.hold, l.holdN = d, n
+	l.mu.Unlock()
+}
+
+// held says how long the reply to an Inhibit call waits, 0 for none.
+func (l *Logind) held() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holdN > 0 {
+		l.holdN--
+		return l.hold
+	}
+	return 0
 }
 
 func (l *Logind) refused() bool {
@@ -170,9 +217,21 @@ func (l *Logind) serve(in <-chan *dbus.Message, acquired chan<- struct{}) {
 		iface, _ := m.Headers[dbus.FieldInterface].Value().(string)
 		var body []any
 		var fd = -1
+		var hold time.Duration
 		switch {
-		case iface == "org.freedesktop.DBus.Properties" && member == "Get":
-			body = []any{dbus.MakeVariant(uint64(l.delay.Microseconds()))}
+		case iface == "org.freedesktop.DBus.Properties" && member == "Get" && len(m.Body) == 2:
+			l.mu.Lock()
+			delay, preparing := l.delay, l.preparing
+			l.mu.Unlock()
+			switch m.Body[1] {
+			case "InhibitDelayMaxUSec":
+				body = []any{dbus.MakeVariant(uint64(delay.Microseconds()))}
+			case "PreparingForShutdown":
+				body = []any{dbus.MakeVariant(preparing)}
+			default:
+				l.t.Errorf("the stand-in logind was asked for the property %v", m.Body[1])
+				continue
+			}
 		case member == "Inhibit" && len(m.Body) == 4 && l.refused():
 			l.conn.Send(&dbus.Message{Type: dbus.TypeError, Headers: map[dbus.HeaderField]dbus.Variant{
 				dbus.FieldErrorName:   dbus.MakeVariant("org.freedesktop.DBus.Error.AccessDenied"),
@@ -183,7 +242,9 @@ func (l *Logind) serve(in <-chan *dbus.Message, acquired chan<- struct{}) {
 			continue
 		case member == "Inhibit" && len(m.Body) == 4:
 			var err error
-			if fd, err = l.inhibit(m.Body); err != nil {
+			hold = l.held()
+			sender, _ := m.Headers[dbus.FieldSender].Value().(string)
+			if fd, err = l.inhibit(m.Body, sender); err != nil {
 				l.t.Error(err)
 				continue
 			}
@@ -197,6 +258,14 @@ func (l *Logind) serve(in <-chan *dbus.Message, acquired chan<- struct{}) {
 			dbus.FieldDestination: m.Headers[dbus.FieldSender],
 			dbus.FieldSignature:   dbus.MakeVariant(dbus.SignatureOf(body...)),
 		}, Body: body}
+		if hold > 0 {
+			go func() {
+				time.Sleep(hold)
+				l.conn.Send(reply, nil)
+				unix.Close(fd)
+			}()
+			continue
+		}
 		l.conn.Send(reply, nil)
 		if fd >= 0 {
 			unix.Close(fd)
@@ -206,12 +275,12 @@ func (l *Logind) serve(in <-chan *dbus.Message, acquired chan<- struct{}) {
 
 // inhibit makes a lock's pipe, watches its read end for the hang-up that
 // releases the lock, and returns the write end.
-func (l *Logind) inhibit(args []any) (int, error) {
+func (l *Logind) inhibit(args []any, sender string) (int, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return -1, err
 	}
-	k := &Lock{Taken: time.Now()}
+	k := &Lock{Taken: time.Now(), Sender: sender}
 	k.What, _ = args[0].(string)
 	k.Who, _ = args[1].(string)
 	k.Why, _ = args[2].(string)
@@ -281,5 +350,53 @@ func (m *Stranger) PrepareForShutdown(start bool) {
 		if call := m.conn.Send(msg, nil); call != nil && call.Err != nil {
 			m.t.Fatal(call.Err)
 		}
+	}
+}
+
+// SendDescriptors sends n signals to the connection dest alone (the stock
+// policy lets anyone send a signal to anyone), each carrying two
+// descriptors (the ends of a pipe of its own): by turns as two 'h'
+// arguments and inside a struct '(hh)', where godbus does not see them.
+// It returns once the bus has taken them all.
+func (m *Stranger) SendDescriptors(dest string, n int) {
+	m.t.Helper()
+	m.sendDescriptors(dest, n, dbus.TypeSignal)
+}
+
+// CallWithDescriptors is SendDescriptors with method calls that want no
+// reply, where the bus's policy lets them through.
+func (m *Stranger) CallWithDescriptors(dest string, n int) {
+	m.t.Helper()
+	m.sendDescriptors(dest, n, dbus.TypeMethodCall)
+}
+
+func (m *Stranger) sendDescriptors(dest string, n int, typ dbus.Type) {
+	m.t.Helper()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		m.t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	for i := range n {
+		body := []any{dbus.UnixFD(p[0]), dbus.UnixFD(p[1])}
+		if i%2 == 1 {
+			body = []any{struct{ A, B dbus.UnixFD }{dbus.UnixFD(p[0]), dbus.UnixFD(p[1])}}
+		}
+		msg := &dbus.Message{Type: typ, Flags: dbus.FlagNoReplyExpected, Headers: map[dbus.HeaderField]dbus.Variant{
+			dbus.FieldPath:        dbus.MakeVariant(dbus.ObjectPath("/org/example/Flood")),
+			dbus.FieldInterface:   dbus.MakeVariant("org.example.Flood"),
+			dbus.FieldMember:      dbus.MakeVariant("Descriptors"),
+			dbus.FieldDestination: dbus.MakeVariant(dest),
+			dbus.FieldSignature:   dbus.MakeVariant(dbus.SignatureOf(body...)),
+		}, Body: body}
+		if call := m.conn.Send(msg, nil); call != nil && call.Err != nil {
+			m.t.Fatal(call.Err)
+		}
+	}
+	// The bus handles a connection's messages in order: once it has
+	// answered this call, it has passed every signal on to dest.
+	if err := m.conn.BusObject().Call("org.freedesktop.DBus.GetId", 0).Err; err != nil {
+		m.t.Fatal(err)
 	}
 }

@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -273,5 +275,91 @@ func TestWithoutAHostBusOneLineSaysTheHostsShutdownWillNotDrain(t *testing.T) {
 				t.Errorf("exit %d after TERM; log:\n%s", code, i.Log())
 			}
 		})
+	}
+}
+
+// openFDs counts the open descriptors of the process pid.
+func openFDs(t *testing.T, pid int) int {
+	t.Helper()
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	must(t, err)
+	return len(entries)
+}
+
+// Anyone on the host's bus may send nodeinit's connection there signals
+// with descriptors: PID 1 closes them all. 50 signals of 2 descriptors
+// each, from another connection, leave nodeinit with as many open
+// descriptors as before.
+func TestDescriptorsSentToNodeinitOnTheHostsBusAreClosed(t *testing.T) {
+	testenv.RequireRoot(t)
+	i, host, _, address := hostNode(t, asPID1, 30*time.Second, 100*time.Millisecond)
+	pid := i.Pid()
+	before := openFDs(t, pid)
+	other := hostlogindtest.Impostor(t, address)
+	other.SendDescriptors(host.Locks()[0].Sender, 50)
+	// The bus passes messages on in order: logind's restart after the
+	// signals, the new lock and the old one's release, tell that nodeinit
+	// has read them all; the lock it holds is one descriptor, as before.
+	host.Stop()
+	again := hostlogindtest.NewLogind(t, address, 30*time.Second)
+	again.WaitFor(10*time.Second, "a lock on the new logind", heldOnHost(1))
+	host.WaitFor(10*time.Second, "the old lock's release", heldOnHost(0))
+	after := openFDs(t, pid)
+	t.Logf("nodeinit (PID 1) open descriptors: %d before 50 signals with 2 each, %d after", before, after)
+	if after > before {
+		t.Errorf("nodeinit holds %d descriptors more after the signals", after-before)
+	}
+	if code := i.Stop(10 * time.Second); code != 0 {
+		t.Errorf("exit %d after TERM; log:\n%s", code, i.Log())
+	}
+}
+
+// A host bus with no logind: one line says so, and the lock is taken when
+// logind comes.
+func TestAHostBusWithoutLogindIsOneLine(t *testing.T) {
+	address := hostlogindtest.Bus(t)
+	_, task := binaries(t)
+	report := filepath.Join(t.TempDir(), "executor.json")
+	i := testenv.Launch(t, testenv.Options{Env: []string{"DBUS_SYSTEM_BUS_ADDRESS=" + address}},
+		"--run-proxy=false", "--graceful-node-shutdown", "--", task, "--report="+report)
+	i.WaitForFile(10*time.Second, report)
+	i.WaitForLog(5*time.Second, 'I', "No shutdown delay lock on the host's logind", "there is no logind on the host's system bus")
+	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
+	host.WaitFor(10*time.Second, "a lock once logind is there", heldOnHost(1))
+	i.WaitForLog(5*time.Second, 'I', "The host's logind has a new owner: took a new shutdown delay lock there")
+	if n := len(i.Lines('I', "No shutdown delay lock")); n != 1 {
+		t.Errorf("%d lines say there is no lock, want 1; log:\n%s", n, i.Log())
+	}
+	if code := i.Stop(10 * time.Second); code != 0 {
+		t.Errorf("exit %d after TERM; log:\n%s", code, i.Log())
+	}
+}
+
+// A host whose bus policy refuses nodeinit's calls to logind: one line
+// says why, the lock is asked for again (1 s, then 2 s later) with
+// nothing more at the default verbosity, and taken once the policy allows
+// it.
+func TestAHostPolicyThatRefusesTheLockIsOneLine(t *testing.T) {
+	bus := hostlogindtest.HostBus(t)
+	bus.SetPolicy(`<deny send_destination="org.freedesktop.login1"/>`)
+	host := hostlogindtest.NewLogind(t, bus.Address, 30*time.Second)
+	_, task := binaries(t)
+	report := filepath.Join(t.TempDir(), "executor.json")
+	i := testenv.Launch(t, testenv.Options{Env: []string{"DBUS_SYSTEM_BUS_ADDRESS=" + bus.Address}},
+		"--run-proxy=false", "--graceful-node-shutdown", "--", task, "--report="+report)
+	i.WaitForFile(10*time.Second, report)
+	i.WaitForLog(5*time.Second, 'I', "No shutdown delay lock on the host's logind", "org.freedesktop.DBus.Error.AccessDenied: Rejected send message")
+	time.Sleep(2 * time.Second) // the first retry, refused too
+	if n := len(i.Lines('I', "No shutdown delay lock")); n != 1 {
+		t.Errorf("%d lines say there is no lock, want 1; log:\n%s", n, i.Log())
+	}
+	if n := len(host.Locks()); n != 0 {
+		t.Fatalf("%d locks taken through a policy that refuses them", n)
+	}
+	bus.SetPolicy("")
+	host.WaitFor(10*time.Second, "a lock once the policy allows it", heldOnHost(1))
+	i.WaitForLog(5*time.Second, 'I', "Took a shutdown delay lock on the host's logind")
+	if code := i.Stop(10 * time.Second); code != 0 {
+		t.Errorf("exit %d after TERM; log:\n%s", code, i.Log())
 	}
 }

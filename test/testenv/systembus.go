@@ -53,47 +53,114 @@ const systemBusConfig = `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus B
 // or earlier by calling stop. It needs dbus-daemon (package dbus).
 func SystemBus(tb testing.TB, services ...string) (address string, stop func()) {
 	tb.Helper()
-	daemon := RequireTool(tb, "dbus-daemon")
+	b := NewSystemBus(tb, services...)
+	return b.Address, b.Stop
+}
+
+// Bus is a dbus-daemon run as a system bus, which a test may stop and
+// start again on the same socket (the host's bus lost and regained) and
+// whose policy it may change.
+type Bus struct {
+	// Address is the bus's D-Bus address, the same across restarts.
+	Address string
+
+	tb       testing.TB
+	daemon   string
+	conf     string
+	services []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan error
+}
+
+// NewSystemBus starts a Bus (SystemBus has the rules); it is stopped
+// when the test ends.
+func NewSystemBus(tb testing.TB, services ...string) *Bus {
+	tb.Helper()
 	dir := tb.TempDir()
-	conf := filepath.Join(dir, "system.conf")
-	address = "unix:path=" + dbus.EscapeBusAddressValue(filepath.Join(dir, "system_bus_socket"))
+	b := &Bus{tb: tb, daemon: RequireTool(tb, "dbus-daemon"), conf: filepath.Join(dir, "system.conf"), services: services,
+		Address: "unix:path=" + dbus.EscapeBusAddressValue(filepath.Join(dir, "system_bus_socket"))}
+	b.writeConfig("")
+	tb.Cleanup(b.Stop)
+	b.Start()
+	return b
+}
+
+// writeConfig writes the bus's configuration with the services' holes
+// and the extra policy rules extra.
+func (b *Bus) writeConfig(extra string) {
 	var holes strings.Builder
-	for _, s := range services {
+	for _, s := range b.services {
 		fmt.Fprintf(&holes, "\n    <allow own=%q/>\n    <allow send_destination=%q/>", s, s)
 	}
-	if err := os.WriteFile(conf, fmt.Appendf(nil, systemBusConfig, address, holes.String()), 0o644); err != nil {
-		tb.Fatal(err)
+	holes.WriteString(extra)
+	if err := os.WriteFile(b.conf, fmt.Appendf(nil, systemBusConfig, b.Address, holes.String()), 0o644); err != nil {
+		b.tb.Fatal(err)
 	}
-	cmd := exec.Command(daemon, "--config-file="+conf, "--nofork", "--nopidfile", "--nosyslog")
+}
+
+// Start starts dbus-daemon, when it is not running, and returns once it
+// answers.
+func (b *Bus) Start() {
+	b.tb.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd != nil {
+		return
+	}
+	cmd := exec.Command(b.daemon, "--config-file="+b.conf, "--nofork", "--nopidfile", "--nosyslog")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
+		b.tb.Fatal(err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			_ = cmd.Process.Kill() // ours, by pid
-			<-exited
-		})
-	}
-	tb.Cleanup(stop)
+	b.cmd, b.exited = cmd, exited
 	// dbus-daemon has no readiness notification without systemd: connect
 	// until it answers, bounded.
 	deadline := time.After(10 * time.Second)
 	for {
-		if c, err := dbus.Connect(address); err == nil {
+		if c, err := dbus.Connect(b.Address); err == nil {
 			c.Close()
-			return address, stop
+			return
 		}
 		select {
 		case err := <-exited:
-			exited <- err // for stop
-			tb.Fatalf("dbus-daemon exited: %v", err)
+			exited <- err // for Stop
+			b.tb.Fatalf("dbus-daemon exited: %v", err)
 		case <-deadline:
-			tb.Fatal("dbus-daemon did not answer within 10s")
+			b.tb.Fatal("dbus-daemon did not answer within 10s")
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// Stop kills dbus-daemon, if it runs, and waits for it; every connection
+// to the bus ends.
+func (b *Bus) Stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd == nil {
+		return
+	}
+	_ = b.cmd.Process.Kill() // ours, by pid
+	<-b.exited
+	b.cmd = nil
+}
+
+// SetPolicy replaces the rules added to the default policy (after the
+// services' holes: a deny there wins) and has the running bus reload its
+// configuration; it returns once the bus has.
+func (b *Bus) SetPolicy(rules string) {
+	b.tb.Helper()
+	b.writeConfig(rules)
+	conn, err := dbus.Connect(b.Address)
+	if err != nil {
+		b.tb.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.BusObject().Call("org.freedesktop.DBus.ReloadConfig", 0).Err; err != nil {
+		b.tb.Fatalf("ReloadConfig: %v", err)
 	}
 }
