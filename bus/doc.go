@@ -173,7 +173,10 @@
 // another: an answer before the rule held could lose the job's end),
 // unless the rule can match only what this bus sends (a service's signals
 // and names): those are answered here, and the kubelet's rule for
-// PrepareForShutdown opens no connection to the system bus. GetNameOwner,
+// PrepareForShutdown opens no connection to the system bus. A rule the
+// system bus refuses, or that cannot go up (too many of the client's calls
+// wait there), is undone here too: the client knows of no rule to remove.
+// GetNameOwner,
 // NameHasOwner, StartServiceByName, RequestName and ReleaseName of a name
 // this bus does not have, ListNames (with the services' names added),
 // ListActivatableNames, GetId and the questions about a connection there
