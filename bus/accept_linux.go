@@ -3,14 +3,14 @@ package bus
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
-
-	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
 // The accept loops. The kubelet connects once and never retries, and its
@@ -149,10 +149,21 @@ func (b *Bus) acceptEpoll() (int, error) {
 // thread of its own at the loops' priority. The thread is never given
 // back: it ends with the loop, and its priority with it.
 func (b *Bus) acceptLoop(ep int, first bool) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// The main thread, which Go keeps, parked, when its locked
+		// goroutine ends: it would keep the loops' priority. Another
+		// goroutine takes the loop, started while this one holds the main
+		// thread, and checks again.
+		b.wg.Add(1)
+		go b.acceptLoop(ep, first)
+		runtime.UnlockOSThread()
+		b.wg.Done()
+		return
+	}
 	defer b.wg.Done()
 	defer b.loops.Done()
 	defer unix.Close(ep)
-	runtime.LockOSThread()
 	prio, err := raisePriority()
 	if first {
 		if err != nil {
@@ -164,19 +175,19 @@ func (b *Bus) acceptLoop(ep int, first bool) {
 	}
 	events := make([]unix.EpollEvent, 2)
 	for !b.closing.Load() {
-		fd, err := linux.Accept4(b.lfd, unix.SOCK_NONBLOCK)
-		switch {
-		case err == nil:
+		fd, errno := accept4(b.lfd)
+		switch errno {
+		case 0:
 			b.screen(fd)
-		case errors.Is(err, unix.EAGAIN):
+		case unix.EAGAIN:
 			// The backlog is empty: sleep until it is not, or Close.
 			if _, err := unix.EpollWait(ep, events, -1); err != nil && !errors.Is(err, unix.EINTR) {
-				b.refusals.add(msgAcceptStopped, err.Error(), "socket", b.path)
+				b.refusals.add(msgAcceptStopped, err.Error(), false, unix.Ucred{})
 				return
 			}
-		case errors.Is(err, unix.ECONNABORTED), errors.Is(err, unix.EINTR):
+		case unix.ECONNABORTED, unix.EINTR:
 		default:
-			b.refusals.add(msgAcceptFailed, err.Error(), "socket", b.path)
+			b.refusals.add(msgAcceptFailed, os.NewSyscallError("accept4", errno).Error(), false, unix.Ucred{})
 			t := time.NewTimer(acceptRetry)
 			select {
 			case <-t.C:
@@ -197,22 +208,22 @@ func (b *Bus) screen(fd int) {
 	defer func() {
 		if p := recover(); p != nil {
 			if fd >= 0 {
-				unix.Close(fd)
+				closeFD(fd)
 			}
-			b.refusals.add(msgScreenPanic, fmt.Sprintf("panic: %v", p), "stack", string(debug.Stack()))
+			b.refusals.add(msgScreenPanic, fmt.Sprintf("panic: %v\n%s", p, debug.Stack()), false, unix.Ucred{})
 		}
 	}()
-	cred, err := linux.PeerCred(fd)
-	if err != nil {
-		unix.Close(fd)
+	cred, errno := peerCred(fd)
+	if errno != 0 {
+		closeFD(fd)
 		fd = -1
-		b.refusals.add(msgNoCred, err.Error(), "socket", b.path)
+		b.refusals.add(msgNoCred, os.NewSyscallError("getsockopt SO_PEERCRED", errno).Error(), false, unix.Ucred{})
 		return
 	}
 	if why := b.refusedAtOnce(cred); why != "" {
-		unix.Close(fd)
+		closeFD(fd)
 		fd = -1
-		b.refusals.add(msgRefused, why, "pid", cred.Pid, "uid", cred.Uid)
+		b.refusals.add(msgRefused, why, true, cred)
 		return
 	}
 	select {
@@ -223,6 +234,50 @@ func (b *Bus) screen(fd int) {
 		b.admit(fd)
 	}
 	fd = -1
+}
+
+// The loops' system calls. They are raw, and allocate nothing: each
+// returns at once (accept4 on a non-blocking socket, getsockopt, close, a
+// poll that does not wait), so the loop keeps its processor in Go's
+// scheduler through them; and what a loop allocates is what makes Go's
+// collector stop it, at the rate of the flood.
+
+// accept4 takes a connection off the backlog, without its peer's address.
+func accept4(lfd int) (int, unix.Errno) {
+	for {
+		fd, _, errno := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(lfd), 0, 0, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+		if errno != unix.EINTR {
+			return int(fd), errno
+		}
+	}
+}
+
+// peerCred is the connection's SO_PEERCRED.
+func peerCred(fd int) (unix.Ucred, unix.Errno) {
+	var cred unix.Ucred
+	n := uint32(unix.SizeofUcred)
+	_, _, errno := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERCRED, uintptr(unsafe.Pointer(&cred)), uintptr(unsafe.Pointer(&n)), 0)
+	return cred, errno
+}
+
+// closeFD closes fd. A close that fails has closed it all the same.
+func closeFD(fd int) { unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0) }
+
+// pidfdExited reports whether the process of a pidfd has ended, without
+// waiting; a pidfd that cannot be polled counts as ended.
+func pidfdExited(pidfd int) bool {
+	p := unix.PollFd{Fd: int32(pidfd), Events: unix.POLLIN}
+	var zero unix.Timespec
+	for {
+		n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&p)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
+		switch {
+		case errno == unix.EINTR:
+		case errno != 0:
+			return true
+		default:
+			return n == 1 && p.Revents != 0
+		}
+	}
 }
 
 // check admits or refuses the connections the loops hand over, until

@@ -2,10 +2,14 @@ package bus
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
@@ -62,5 +66,56 @@ func TestTheAcceptLoopsRunAboveOrdinaryProcesses(t *testing.T) {
 			t.Fatalf("%d threads still at real-time priority after Close", fifoThreads(t)-before)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A refusal on an accept loop allocates nothing: during a flood, what the
+// loops allocate at the flood's rate is what makes Go's collector stop
+// them, and a loop stopped lets the backlog fill.
+func TestARefusalOnTheAcceptLoopAllocatesNothing(t *testing.T) {
+	b, err := listenTest(filepath.Join(t.TempDir(), "bus"), testOptions{}, defaultTunables())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// The executor is another process: the test process, which floods,
+	// is outside its tree.
+	executor := exec.Command("sleep", "60")
+	if err := executor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		executor.Process.Kill()
+		executor.Wait()
+	}()
+	if err := b.AdmitExecutor(executor.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	sa := &unix.SockaddrUnix{Name: b.path}
+	flood := func(n int) {
+		for range n {
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Connect(fd, sa); err != nil {
+				t.Fatal(err)
+			}
+			unix.Close(fd)
+		}
+	}
+	// The first refusal walks, remembers the test process and is logged.
+	flood(100)
+	refused(t, b, 100)
+	const n = 20000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	flood(n)
+	refused(t, b, 100+n)
+	runtime.ReadMemStats(&after)
+	allocs := float64(after.Mallocs-before.Mallocs) / n
+	t.Logf("%.3f allocations, %.1f bytes per refusal; %d collections", allocs, float64(after.TotalAlloc-before.TotalAlloc)/n, after.NumGC-before.NumGC)
+	if allocs > 0.05 {
+		t.Errorf("%.3f allocations per refusal, want none", allocs)
 	}
 }

@@ -219,10 +219,7 @@ func (b *Bus) remember(pid, pidfd int) {
 
 // exited reports whether a pidfd's process has ended; a pidfd that cannot
 // be polled counts as ended, so that it admits nobody.
-func exited(pidfd int) bool {
-	gone, err := linux.Exited(pidfd)
-	return gone || err != nil
-}
+func exited(pidfd int) bool { return pidfdExited(pidfd) }
 
 // knowExecutor wakes the connections waiting for the executor to be
 // known. b.mu is held.

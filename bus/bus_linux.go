@@ -175,7 +175,7 @@ func newBus(path string, opts Options, tun tunables, services ...service.Service
 		opts:          opts,
 		tun:           tun,
 		log:           clientlog.New(tun.logInterval),
-		refusals:      newRefusals(tun.logInterval),
+		refusals:      newRefusals(tun.logInterval, path),
 		lfd:           -1,
 		stop:          -1,
 		guid:          fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
@@ -239,7 +239,7 @@ func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 	}
 	cred, err := linux.PeerCred(fd)
 	if err != nil {
-		b.refusals.add(msgNoCred, err.Error(), "socket", b.path)
+		b.refusals.add(msgNoCred, err.Error(), false, unix.Ucred{})
 		return
 	}
 	if ok, why := b.admitted(fd, cred); !ok {
@@ -247,7 +247,7 @@ func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 			fd = -1 // admitLater's now
 			return
 		}
-		b.refusals.add(msgRefused, why, "pid", cred.Pid, "uid", cred.Uid)
+		b.refusals.add(msgRefused, why, true, cred)
 		return
 	}
 
@@ -286,7 +286,7 @@ func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 	if why != "" {
 		b.mu.Unlock()
 		nc.Close()
-		b.refusals.add(msgTooMany, why, "pid", pid, "uid", cred.Uid)
+		b.refusals.add(msgTooMany, why, true, cred)
 		return
 	}
 	b.connID++

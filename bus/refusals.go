@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
 
@@ -19,6 +20,7 @@ import (
 // it.
 type refusals struct {
 	interval time.Duration
+	socket   string
 	wake     chan struct{} // a first refusal to log; never blocks the sender
 
 	mu    sync.Mutex
@@ -28,24 +30,41 @@ type refusals struct {
 
 // refusalKind is the interval of one kind of refusal.
 type refusalKind struct {
-	first   []any     // the first refusal's details, until it is logged
+	first   *refusal  // the first refusal, until it is logged
 	opened  time.Time // when its first was logged; zero before
 	counted int       // refused since, not logged yet
 	why     string    // the last one's reason, for the count's line
 }
 
-func newRefusals(interval time.Duration) *refusals {
-	return &refusals{interval: interval, wake: make(chan struct{}, 1), kinds: make(map[string]*refusalKind)}
+// refusal is one refusal: why, and of whom when peer is set.
+type refusal struct {
+	why  string
+	peer bool
+	cred unix.Ucred
 }
 
-// add counts a refusal of the kind msg; kv say who and why (pid, uid,
-// "reason", why). It does not log, and never waits for the log.
-func (r *refusals) add(msg, why string, kv ...any) {
+// kv are the refusal's details for the log.
+func (f *refusal) kv(socket string) []any {
+	if f.peer {
+		return []any{"pid", f.cred.Pid, "uid", f.cred.Uid, "reason", f.why}
+	}
+	return []any{"socket", socket, "reason", f.why}
+}
+
+func newRefusals(interval time.Duration, socket string) *refusals {
+	return &refusals{interval: interval, socket: socket, wake: make(chan struct{}, 1), kinds: make(map[string]*refusalKind)}
+}
+
+// add counts a refusal of the kind msg, why, of the peer cred (none when
+// peer is false). It does not log, never waits for the log, and on the
+// accept loops' path (a kind seen before) allocates nothing: what a loop
+// allocates is what makes Go's collector stop it.
+func (r *refusals) add(msg, why string, peer bool, cred unix.Ucred) {
 	r.mu.Lock()
 	r.total++
 	k := r.kinds[msg]
 	if k == nil {
-		k = &refusalKind{first: append(kv, "reason", why)}
+		k = &refusalKind{first: &refusal{why: why, peer: peer, cred: cred}}
 		r.kinds[msg] = k
 		r.mu.Unlock()
 		select {
@@ -101,7 +120,7 @@ func (r *refusals) flush(now time.Time, closing bool) time.Duration {
 	r.mu.Lock()
 	for msg, k := range r.kinds {
 		if k.first != nil {
-			lines = append(lines, line{msg, k.first})
+			lines = append(lines, line{msg, k.first.kv(r.socket)})
 			k.first, k.opened = nil, now
 		}
 		if left := k.opened.Add(r.interval).Sub(now); left > 0 && !closing {
