@@ -49,9 +49,10 @@
 // needs no walk (a peer outside the pid namespace, one remembered, any
 // once the executor has ended); it hands every other connection to a
 // checker goroutine, or checks it itself when the checkers are behind,
-// never dropping one unchecked. It logs nothing: refusals are counted, the
-// first of a kind logged at once, the rest as one count per interval,
-// whatever the verbosity.
+// never dropping one unchecked. It logs and allocates nothing (what the
+// loops allocated at the flood's rate made Go's collector stop them):
+// refusals are counted, the first of a kind logged at once, the rest as
+// one count per interval, whatever the verbosity.
 //
 // The socket is mode 0600. A connection that comes before AdmitExecutor
 // waits for it, at most until its handshake's deadline: the executor runs
