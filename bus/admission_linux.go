@@ -102,18 +102,9 @@ func (b *Bus) admitted(fd int, cred unix.Ucred) (bool, string) {
 	pid := int(cred.Pid)
 	b.mu.Lock()
 	exe := b.executor.pid
-	why := ""
-	switch {
-	case exe == 0:
+	why := b.refusal(cred)
+	if exe == 0 {
 		why = errNoExecutorYet
-	case b.executor.pidfd >= 0 && exited(b.executor.pidfd):
-		why = "the executor has ended"
-	case pid <= 0:
-		// SO_PEERCRED says 0 for a process in a pid namespace this one
-		// cannot see.
-		why = "the process is outside nodeinit's pid namespace"
-	case b.isRemembered(pid):
-		why = "the process was refused before"
 	}
 	b.mu.Unlock()
 	if why != "" {
@@ -150,6 +141,33 @@ func (b *Bus) admitted(fd int, cred unix.Ucred) (bool, string) {
 		return false, "the process is not the executor or below it"
 	}
 	return true, ""
+}
+
+// refusedAtOnce says why the peer cred may not use the bus, where that
+// needs no walk; "" when it may, or a walk must tell, or the executor is
+// not known yet. It is the accept loop's check (screen).
+func (b *Bus) refusedAtOnce(cred unix.Ucred) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.executor.pid == 0 {
+		return ""
+	}
+	return b.refusal(cred)
+}
+
+// refusal is refusedAtOnce with b.mu held, once the executor is known.
+func (b *Bus) refusal(cred unix.Ucred) string {
+	switch {
+	case b.executor.pidfd >= 0 && exited(b.executor.pidfd):
+		return "the executor has ended"
+	case cred.Pid <= 0:
+		// SO_PEERCRED says 0 for a process in a pid namespace this one
+		// cannot see.
+		return "the process is outside nodeinit's pid namespace"
+	case b.isRemembered(int(cred.Pid)):
+		return "the process was refused before"
+	}
+	return ""
 }
 
 // isRemembered reports whether the process pid is one refused before and
@@ -201,10 +219,7 @@ func (b *Bus) remember(pid, pidfd int) {
 
 // exited reports whether a pidfd's process has ended; a pidfd that cannot
 // be polled counts as ended, so that it admits nobody.
-func exited(pidfd int) bool {
-	gone, err := linux.Exited(pidfd)
-	return gone || err != nil
-}
+func exited(pidfd int) bool { return pidfdExited(pidfd) }
 
 // knowExecutor wakes the connections waiting for the executor to be
 // known. b.mu is held.

@@ -1,13 +1,13 @@
 package bus
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -32,13 +32,6 @@ const (
 	// finds a slot for its one connection (godbus's shared system bus
 	// connection), however many its descendants hold.
 	maxConns = 32
-	// maxAcceptLoops bounds the goroutines that take connections off the
-	// backlog, one per CPU nodeinit may use: a flooder that connects from
-	// two threads at once is outrun by two loops, not by one.
-	maxAcceptLoops = 4
-	// acceptRetry is the pause after a failed accept (EMFILE and the
-	// like), so that a lasting failure does not spin.
-	acceptRetry = 100 * time.Millisecond
 	// closeWait bounds how long Close waits for the bus's goroutines,
 	// which all end as soon as their descriptors are closed.
 	closeWait = time.Second
@@ -107,15 +100,20 @@ type Bus struct {
 	tun  tunables
 	log  *clientlog.Log
 	ln   *net.UnixListener
-	// backlogs are the listening socket again, one descriptor per accept
-	// loop, each a file in Go's poller: a net.UnixListener cannot wait
-	// for readiness without accepting itself, and accept calls accept4
-	// itself.
-	backlogs []*os.File
-	guid     string
-	serial   atomic.Uint32
-	services []*local
-	upstream upstream.Options // of every pass-through
+	// The accept loops' (accept_linux.go): their descriptor of the
+	// socket, the event that stops them, the connections they hand to
+	// the checkers, and what they refuse.
+	lfd       int
+	stop      int
+	accepting bool // the loops run
+	closing   atomic.Bool
+	loops     sync.WaitGroup
+	checking  chan int
+	refusals  *refusals
+	guid      string
+	serial    atomic.Uint32
+	services  []*local
+	upstream  upstream.Options // of every pass-through
 
 	wg   sync.WaitGroup // every goroutine of the bus
 	done chan struct{}  // closed by Close
@@ -124,7 +122,6 @@ type Bus struct {
 	closed   bool
 	executor executor
 	refused  map[int]int // pid -> pidfd of processes refused before
-	refusals uint64
 	// executorKnown is closed by the first AdmitExecutor (or Close);
 	// waiting counts the connections admitLater holds until then.
 	executorKnown chan struct{}
@@ -161,17 +158,9 @@ func listenWith(path string, opts Options, tun tunables, services ...service.Ser
 	}
 	b := newBus(path, opts, tun, services...)
 	b.ln = ln
-	for range min(runtime.GOMAXPROCS(0), maxAcceptLoops) {
-		backlog, err := ln.File()
-		if err != nil {
-			b.Close()
-			return nil, fmt.Errorf("bus: %w", err)
-		}
-		b.backlogs = append(b.backlogs, backlog)
-	}
-	for _, backlog := range b.backlogs {
-		b.wg.Add(1)
-		go b.accept(backlog)
+	if err := b.startAccepting(); err != nil {
+		b.Close()
+		return nil, err
 	}
 	klog.V(1).InfoS("Serving a D-Bus bus", "socket", path, "services", len(services))
 	return b, nil
@@ -186,6 +175,9 @@ func newBus(path string, opts Options, tun tunables, services ...service.Service
 		opts:          opts,
 		tun:           tun,
 		log:           clientlog.New(tun.logInterval),
+		refusals:      newRefusals(tun.logInterval, path),
+		lfd:           -1,
+		stop:          -1,
 		guid:          fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
 		done:          make(chan struct{}),
 		executor:      executor{pidfd: -1},
@@ -199,6 +191,7 @@ func newBus(path string, opts Options, tun tunables, services ...service.Service
 	}
 	b.upstream = b.upstreamOptions()
 	b.register(services)
+	b.spawn(func() { b.refusals.report(b.done) })
 	return b
 }
 
@@ -224,56 +217,6 @@ func (b *Bus) Address() string {
 	return "unix:path=" + dbus.EscapeBusAddressValue(b.path)
 }
 
-// accept takes connections off the socket's backlog as fast as they come,
-// and admits or refuses each before it takes the next. It calls accept4
-// itself, on the listener's descriptor, so that a refused connection costs
-// a handful of system calls and nothing of Go's poller: a process that
-// connects in a loop must not fill the backlog, where the kubelet's one
-// connect would find no room and fail.
-func (b *Bus) accept(backlog *os.File) {
-	defer b.wg.Done()
-	rc, err := backlog.SyscallConn()
-	if err != nil {
-		klog.ErrorS(err, "Cannot accept D-Bus connections", "socket", b.path)
-		return
-	}
-	for {
-		var aerr error
-		err := rc.Read(func(lfd uintptr) bool {
-			for {
-				select {
-				case <-b.done:
-					return true
-				default:
-				}
-				fd, err := linux.Accept4(int(lfd), unix.SOCK_NONBLOCK)
-				switch {
-				case err == nil:
-					b.admit(fd)
-				case errors.Is(err, unix.EAGAIN):
-					return false // wait in the poller for the next one
-				case errors.Is(err, unix.ECONNABORTED):
-				default:
-					aerr = err
-					return true
-				}
-			}
-		})
-		if err != nil || aerr == nil {
-			// Closed.
-			return
-		}
-		b.log.Error(aerr, "Could not accept a D-Bus connection", "socket", b.path)
-		t := time.NewTimer(acceptRetry)
-		select {
-		case <-t.C:
-		case <-b.done:
-			t.Stop()
-			return
-		}
-	}
-}
-
 // admit starts serving the connection fd if its peer may use the bus and
 // has a slot left; else it closes fd. Nothing of the peer's is read
 // before. fd is admit's from here on. A connection that comes before the
@@ -296,7 +239,7 @@ func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 	}
 	cred, err := linux.PeerCred(fd)
 	if err != nil {
-		b.log.Error(err, "Could not tell who opened a D-Bus connection; closed it", "socket", b.path)
+		b.refusals.add(msgNoCred, err.Error(), false, unix.Ucred{})
 		return
 	}
 	if ok, why := b.admitted(fd, cred); !ok {
@@ -304,10 +247,7 @@ func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 			fd = -1 // admitLater's now
 			return
 		}
-		b.mu.Lock()
-		b.refusals++
-		b.mu.Unlock()
-		b.log.Info("Refused a D-Bus connection from a process that may not use this bus", "pid", cred.Pid, "uid", cred.Uid, "reason", why)
+		b.refusals.add(msgRefused, why, true, cred)
 		return
 	}
 
@@ -344,10 +284,9 @@ func (b *Bus) admitWith(fd int, accepted time.Time, mayWait bool) {
 		why = fmt.Sprintf("%d are open, the most the bus serves", maxConns)
 	}
 	if why != "" {
-		b.refusals++
 		b.mu.Unlock()
 		nc.Close()
-		b.log.Info("Refused a D-Bus connection: too many open", "pid", pid, "uid", cred.Uid, "reason", why)
+		b.refusals.add(msgTooMany, why, true, cred)
 		return
 	}
 	b.connID++
@@ -392,8 +331,9 @@ func (b *Bus) nextSerial() uint32 {
 // service's status (logind's inhibitors), and the connections refused.
 func (b *Bus) Status() string {
 	b.mu.Lock()
-	conns, refusals := len(b.conns), b.refusals
+	conns := len(b.conns)
 	b.mu.Unlock()
+	refusals := b.refusals.Total()
 	var s strings.Builder
 	fmt.Fprintf(&s, "connections=%d", conns)
 	for _, l := range b.services {
@@ -414,6 +354,14 @@ func (b *Bus) Close() error {
 		return nil
 	}
 	b.closed = true
+	// The loops stop at closing; the event wakes those asleep. The
+	// descriptors are closed once they have ended and done is closed.
+	b.closing.Store(true)
+	if b.accepting {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		_, _ = unix.Write(b.stop, one[:])
+	}
 	close(b.done)
 	var conns []*conn
 	for c := range b.conns {
@@ -426,9 +374,6 @@ func (b *Bus) Close() error {
 	var err error
 	if b.ln != nil {
 		err = b.ln.Close()
-		for _, backlog := range b.backlogs {
-			err = errors.Join(err, backlog.Close())
-		}
 	}
 	for _, c := range conns {
 		c.Close()

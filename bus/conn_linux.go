@@ -56,9 +56,13 @@ type conn struct {
 	// px is the pass-through to the system bus (passthrough_linux.go).
 	px passThrough
 
-	mu     sync.Mutex
-	name   string      // the unique name, from Hello on
-	rules  []matchRule // from AddMatch
+	mu    sync.Mutex
+	name  string      // the unique name, from Hello on
+	rules []matchRule // from AddMatch
+	// addsUp are the client's AddMatch calls gone up to the system bus
+	// and not answered yet, by serial: a rule the system bus refuses is
+	// undone here (refusedUpstream).
+	addsUp map[uint32]matchRule
 	queue  wire.Outbox
 	closed bool
 
@@ -287,6 +291,7 @@ func fitsPassed(q *wire.Outbox, size int) bool {
 // the writer makes room, the connection closes or stop closes; another is
 // dropped. It reports whether o was queued; o's fds are Pass's.
 func (c *conn) Pass(o wire.Outgoing, wait bool, stop <-chan struct{}) bool {
+	c.refusedUpstream(o.Data)
 	for {
 		c.mu.Lock()
 		if c.closed {

@@ -8,7 +8,8 @@
 // (package logind, through package service) tells it its names and
 // objects and answers the calls it routes there.
 //
-// The files: bus_linux.go the socket, its accept loops, Status and Close;
+// The files: bus_linux.go the socket, Status and Close; accept_linux.go
+// the accept loops; refusals.go what they refuse, counted and logged;
 // admission_linux.go who may connect; conn_linux.go one connection's life
 // (its reader, writer and queue); sasl.go the handshake; dispatch_linux.go
 // the routing of a message; driver.go org.freedesktop.DBus; match.go match
@@ -24,25 +25,39 @@
 // ended (the bus holds its pidfd, so a process that gets its pid later is
 // not taken for it). Who a peer is comes from the kernel, never from what
 // the peer sends: its SO_PEERCRED, and its SO_PEERPIDFD where the kernel
-// has it (Linux 6.5). The check runs on the accept loop before the
-// connection costs the bus anything: a walk up the peer's parents in /proc
+// has it (Linux 6.5). The check is a walk up the peer's parents in /proc
 // (init/proctree, at most 64 generations, reads that never wait for the
 // process), then, with a pidfd, a check that the peer still lives, so that
 // its pid was its own through the walk. A refused process is remembered by
 // its pidfd (16 at most) while it lives, and each connection it opens
-// again costs a poll, not a walk. The accept loops (one per CPU, up to 4)
-// call accept4 themselves, without Go's poller for a connection they
-// refuse, so that they empty the listen backlog faster than a process
-// connecting in a loop fills it: a full backlog fails the kubelet's one
-// connect with EAGAIN. Measured on 2 cores: one thread connecting in a
-// loop (23,000 connects a second) never filled it, and the kubelet got its
-// lock 112 times of 112; two threads at once filled it for 1 in 500 to 1
-// in 20 of their connects, and the kubelet got its lock 88 times of 88.
-// More threads than the bus has accept loops can fill it more often: the
-// kernel's listen queue is first come, first served. The socket is mode
-// 0600. A connection that comes before AdmitExecutor waits for it, at most
-// until its handshake's deadline: the executor runs before nodeinit learns
-// its pid, and a kubelet refused then would never try again.
+// again costs a poll, not a walk.
+//
+// The kubelet's one connect does not wait: on a full listen backlog it
+// fails with EAGAIN, and graceful shutdown is off for the kubelet's life.
+// A refusal costs the bus about what the connect cost the process that
+// made it, so whoever connects in a loop from more threads than the bus
+// has accept loops, at the same priority, fills the backlog (measured on
+// 2 cores: with four threads against two loops and the backlog of 4096,
+// 3 to 9 of 10 calls of the executor's got through). So the
+// accept loops (accept_linux.go) win by priority: one per processor
+// nodeinit may use (up to 16), each on an OS thread of its own at
+// real-time priority (SCHED_FIFO 1, else nice -20; without CAP_SYS_NICE,
+// neither, and one line says so). A loop preempts every ordinary process
+// on its processor until the backlog is empty, so a process that connects
+// in a loop runs only while there is room: its connects wait for the
+// accepts. Between two accepts a loop reads SO_PEERCRED and refuses what
+// needs no walk (a peer outside the pid namespace, one remembered, any
+// once the executor has ended); it hands every other connection to a
+// checker goroutine, or checks it itself when the checkers are behind,
+// never dropping one unchecked. It logs and allocates nothing (what the
+// loops allocated at the flood's rate made Go's collector stop them):
+// refusals are counted, the first of a kind logged at once, the rest as
+// one count per interval, whatever the verbosity.
+//
+// The socket is mode 0600. A connection that comes before AdmitExecutor
+// waits for it, at most until its handshake's deadline: the executor runs
+// before nodeinit learns its pid, and a kubelet refused then would never
+// try again.
 //
 // # Limits
 //
@@ -63,10 +78,11 @@
 // What a client can make nodeinit log or answer is bounded too
 // (internal/clientlog). Strings it chose are clipped (128 bytes each, 512
 // for an error text) in log lines and error replies. Of each kind of event
-// a client causes (a refusal, an error answered, a dropped connection, a
-// lock taken or released), the first is logged at Info, the rest within
-// 30 s only at V(2), and one Info line counts them every 30 s for as long
-// as they go on. Every goroutine that serves a client (the reader, the
+// a client causes (an error answered, a dropped connection, a lock taken
+// or released), the first is logged at Info, the rest within 30 s only at
+// V(2), and one Info line counts them every 30 s for as long as they go
+// on; refusals, which come at the rate a process can connect, are never
+// logged one by one, not even at V(2). Every goroutine that serves a client (the reader, the
 // writer, the admission on the accept loop, a pass-through's reader and
 // writer, and a service's, such as logind's inhibitor watcher) turns a
 // panic into the end of that connection, or of what the goroutine held,
@@ -158,7 +174,10 @@
 // another: an answer before the rule held could lose the job's end),
 // unless the rule can match only what this bus sends (a service's signals
 // and names): those are answered here, and the kubelet's rule for
-// PrepareForShutdown opens no connection to the system bus. GetNameOwner,
+// PrepareForShutdown opens no connection to the system bus. A rule the
+// system bus refuses, or that cannot go up (too many of the client's calls
+// wait there), is undone here too: the client knows of no rule to remove.
+// GetNameOwner,
 // NameHasOwner, StartServiceByName, RequestName and ReleaseName of a name
 // this bus does not have, ListNames (with the services' names added),
 // ListActivatableNames, GetId and the questions about a connection there

@@ -76,14 +76,15 @@ func (c *conn) busMethod(in *call) {
 		// A rule the system bus should hold too is answered by it, once
 		// it holds there; the others here.
 		up := c.matchGoesUp(in, rule)
+		add := in.Member == "AddMatch"
 		ok := false
-		if in.Member == "AddMatch" {
+		if add {
 			ok = c.addMatch(in, rule, !up)
 		} else {
 			ok = c.removeMatch(in, rule, !up)
 		}
-		if ok && up && !c.forward(in, upstream.Plain) {
-			in.Reply(busName)
+		if ok && up {
+			c.matchUp(in, rule, add)
 		}
 	default:
 		if !c.nameMethod(in) && !c.connectionMethod(in, c.passesThrough()) &&
@@ -109,6 +110,82 @@ func (c *conn) addMatch(in *call, rule matchRule, reply bool) bool {
 		in.Reply(busName)
 	}
 	return true
+}
+
+// matchUp sends the client's AddMatch (add) or RemoveMatch of rule,
+// which holds here already, to the system bus, which answers it. Where
+// there is no pass-through, it is answered here. Where the call cannot go
+// up (too many of the client's calls wait there), or the system bus
+// refuses the rule (one it finds invalid, or one too many for it), the
+// client gets the error and the rule is undone here too: the client knows
+// of no rule it was refused, so it would never remove one left here, and
+// each would keep taking one of its 64, and keep it from being dropped as
+// idle.
+func (c *conn) matchUp(in *call, rule matchRule, add bool) {
+	up := c.upstreamConn()
+	if up == nil {
+		in.Reply(busName)
+		return
+	}
+	serial := in.Msg.Serial()
+	if add {
+		c.mu.Lock()
+		if c.addsUp == nil {
+			c.addsUp = make(map[uint32]matchRule)
+		}
+		c.addsUp[serial] = rule
+		c.mu.Unlock()
+	}
+	fds := in.fds
+	in.fds = nil
+	e := up.Send(serial, in.raw, fds, upstream.Plain)
+	if e == nil {
+		return
+	}
+	c.mu.Lock()
+	if add {
+		delete(c.addsUp, serial)
+		c.dropRule(rule)
+	} else if len(c.rules) < maxRules {
+		c.rules = append(c.rules, rule)
+	}
+	c.mu.Unlock()
+	in.Fail(busName, e)
+}
+
+// refusedUpstream undoes, when data is the system bus's error for an
+// AddMatch of the client's that went up, that rule here; any reply to one
+// ends its wait. It is called for each message from the system bus for
+// the client, before it is queued.
+func (c *conn) refusedUpstream(data []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.addsUp) == 0 || len(data) < 2 || (dbus.Type(data[1]) != dbus.TypeMethodReply && dbus.Type(data[1]) != dbus.TypeError) {
+		return
+	}
+	m, err := wire.Decode(data)
+	if err != nil {
+		return
+	}
+	serial, _ := m.Headers[dbus.FieldReplySerial].Value().(uint32)
+	rule, ok := c.addsUp[serial]
+	if !ok {
+		return
+	}
+	delete(c.addsUp, serial)
+	if m.Type == dbus.TypeError {
+		c.dropRule(rule)
+	}
+}
+
+// dropRule removes one rule equal to rule. c.mu is held.
+func (c *conn) dropRule(rule matchRule) {
+	for i, r := range c.rules {
+		if r.equal(rule) {
+			c.rules = append(c.rules[:i], c.rules[i+1:]...)
+			return
+		}
+	}
 }
 
 // removeMatch removes rule, and answers the call when reply is set or the
