@@ -194,6 +194,26 @@ func TestARuntimeThatNeverAnswersEndsNodeinitWithOne(t *testing.T) {
 	})
 }
 
+// A TERM while nodeinit waits for the runtime stops the runtime; the
+// executor never starts, and nodeinit exits 143 as though it had been
+// ended by the TERM.
+func TestATermWhileWaitingForTheRuntimeStopsIt(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		r := startWithRuntime(t, m, []string{"--listen-after=1h"})
+		r.WaitForLog(30*time.Second, 'I', "Waiting for the container runtime to answer")
+		r.waitRuntime(t, 1, "start")
+		if code := r.Stop(30 * time.Second); code != 128+int(syscall.SIGTERM) {
+			t.Errorf("exit %d, want 143; log:\n%s", code, r.Log())
+		}
+		if _, err := os.Stat(r.exStarts); err == nil {
+			t.Error("the executor was started")
+		}
+		if terms := events(r.record(t), "TERM"); len(terms) != 1 {
+			t.Errorf("the runtime recorded %d TERMs, want 1", len(terms))
+		}
+	})
+}
+
 // A runtime that dies while the node runs is restarted after the backoff;
 // the executor and the proxy are not touched.
 func TestTheRuntimeIsRespawnedAndTheExecutorUntouched(t *testing.T) {

@@ -46,10 +46,12 @@ func main() {
 	flag.Parse()
 
 	started := time.Now()
-	rec := recorder(*record)
-	rec("start")
+	// TERM is caught before the start is recorded: a test that has seen
+	// the start may stop it.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	rec := recorder(*record)
+	rec("start")
 
 	for range *shims {
 		check(exec.Command("/proc/self/exe", "shim-parent", *record, strconv.FormatBool(*shimIgnoreTerm)).Run())
