@@ -27,6 +27,9 @@ type Config struct {
 	Executor Executor `json:"executor"`
 	// Proxy is the sidecar (kube-proxy), respawned with backoff.
 	Proxy Proxy `json:"proxy"`
+	// Runtime is the node's container runtime (containerd), when nodeinit
+	// runs it: off by default, the node using the host's.
+	Runtime Runtime `json:"runtime"`
 	// ShutdownGracePeriod is how long the children get after TERM before KILL.
 	ShutdownGracePeriod Duration       `json:"shutdownGracePeriod"`
 	Logging             Logging        `json:"logging"`
@@ -82,6 +85,31 @@ type Proxy struct {
 	RestartBackoff   Backoff   `json:"restartBackoff"`
 }
 
+// Runtime is the node's container runtime as a task of nodeinit's: started
+// first, waited for on its socket before the proxy and the executor start,
+// respawned with the proxy's backoff settings (a sequence of its own), and
+// stopped last (docs/runtime.md).
+type Runtime struct {
+	// Path is the runtime program: a path, or a name looked up in the
+	// children's PATH. Empty: nodeinit runs no runtime.
+	Path string `json:"path,omitempty"`
+	// Args are the runtime's arguments, verbatim.
+	Args []string `json:"args,omitempty"`
+	// Socket is the unix socket the runtime serves the CRI on: the proxy
+	// and the executor start once a CRI Version call there succeeds.
+	Socket string `json:"socket"`
+	// WaitTimeout bounds that wait: past it nodeinit stops the runtime
+	// and exits 1.
+	WaitTimeout Duration `json:"waitTimeout"`
+	// PassEndpoint passes the executor
+	// --container-runtime-endpoint=unix://<Socket> where neither its
+	// arguments nor its kubelet configuration name an endpoint.
+	PassEndpoint bool `json:"passEndpoint"`
+}
+
+// DefaultRuntimeSocket is containerd's own default address.
+const DefaultRuntimeSocket = "/run/containerd/containerd.sock"
+
 // Conntrack is what nodeinit tells kube-proxy about the kernel's connection
 // tracking. A field left out (nil) is not passed, so kube-proxy applies its
 // own default (32768 entries per core, at least 131072, 24h); a field set
@@ -103,7 +131,8 @@ type Backoff struct {
 
 // Logging is where the children's output goes, and nodeinit's verbosity.
 type Logging struct {
-	// Dir, when set, holds executor.log and proxy.log instead of stdout.
+	// Dir, when set, holds executor.log, proxy.log (and runtime.log)
+	// instead of stdout.
 	Dir        string    `json:"dir,omitempty"`
 	MaxSize    Mebibytes `json:"maxSize"`
 	MaxBackups int       `json:"maxBackups"`
@@ -264,6 +293,7 @@ func Default() Config {
 				Reset:   Duration{60 * time.Second},
 			},
 		},
+		Runtime:              Runtime{Socket: DefaultRuntimeSocket, WaitTimeout: Duration{time.Minute}, PassEndpoint: true},
 		ShutdownGracePeriod:  Duration{10 * time.Second},
 		GracefulNodeShutdown: GracefulNodeShutdown{SystemBusPassThrough: true, DrainOnHostShutdown: true},
 		Logging:              Logging{MaxSize: 10, MaxBackups: 5, MaxAge: 7},

@@ -285,6 +285,18 @@ proxy.kubeconfig: Forbidden: ignored by kube-proxy, which takes its settings fro
 		{"v2 leaf dot-dot", func(c *Config) { c.Cgroup.V2Leaf = ".." }, `cgroup.v2Leaf: Invalid value: "..": must be a single cgroup directory name`},
 		{"ready URL not http", func(c *Config) { c.ReadyURL = "127.0.0.1:10248" }, `readyURL: Invalid value: "127.0.0.1:10248": must be an http URL (no TLS: the kubelet's healthz is plain HTTP) like http://127.0.0.1:10248/healthz`},
 		{"NUL in PATH", func(c *Config) { c.PathOverride = "/bin\x00" }, `pathOverride: Invalid value: "/bin\x00": must not contain a NUL byte`},
+		{"runtime args without the runtime", func(c *Config) { c.Runtime.Args = []string{"--config=/c.toml"} },
+			`runtime.args: Forbidden: given without the runtime to run (runtime.path)`},
+		{"runtime without a socket", func(c *Config) { c.Runtime.Path, c.Runtime.Socket = "containerd", "" },
+			`runtime.socket: Required value: the unix socket the runtime serves the CRI on, like /run/containerd/containerd.sock`},
+		{"runtime socket as a URL", func(c *Config) { c.Runtime.Path, c.Runtime.Socket = "containerd", "unix:///run/c.sock" },
+			`runtime.socket: Invalid value: "unix:///run/c.sock": must be the absolute path of a unix socket, like /run/containerd/containerd.sock (without unix://)`},
+		{"runtime socket too long", func(c *Config) { c.Runtime.Path, c.Runtime.Socket = "containerd", "/"+strings.Repeat("s", 107) },
+			`runtime.socket: Invalid value: "/` + strings.Repeat("s", 107) + `": must be at most 107 bytes: a unix socket's address holds no more`},
+		{"zero runtime wait", func(c *Config) { c.Runtime.Path, c.Runtime.WaitTimeout = "containerd", d("0s") },
+			`runtime.waitTimeout: Invalid value: "0s": must be positive`},
+		{"NUL in a runtime arg", func(c *Config) { c.Runtime.Path, c.Runtime.Args = "containerd", []string{"\x00"} },
+			`runtime.args[0]: Invalid value: "\x00": must not contain a NUL byte`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
@@ -301,7 +313,8 @@ func TestValidateAcceptsWhatAnOperatorWrites(t *testing.T) {
 	c.Proxy.HostnameOverride = "Node-1.Example.COM" // lower-cased when passed on
 	c.Proxy.BindAddress = "fd00::5"
 	c.ReadyURL = "http://[::1]:10248/healthz"
-	c.Proxy.Run, c.Proxy.Path = false, "" // no proxy, no program needed
+	c.Proxy.Run, c.Proxy.Path = false, ""                    // no proxy, no program needed
+	c.Runtime.Socket, c.Runtime.WaitTimeout = "", Duration{} // no runtime: its socket and wait unused
 	if errs := c.Validate(); len(errs) > 0 {
 		t.Errorf("Validate:\n%s", render(errs))
 	}

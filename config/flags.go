@@ -56,6 +56,18 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.RestartBackoff.Reset.Duration }, "proxy-restart-backoff-reset", "proxy.restartBackoff.reset",
 		"a proxy that ran this long before exiting is restarted after the shortest wait again")
 
+	// The container runtime, when nodeinit runs it.
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Runtime.Path }, "runtime-path", "runtime.path",
+		"run this container runtime `PROGRAM` (containerd) as the node's: started first, the proxy and the executor once it answers on --runtime-socket, respawned with the proxy's backoff, stopped last; a path, or a name looked up in the children's PATH (empty: none, the node uses the host's runtime)")
+	add(f, fs.StringArrayVar, func(c *Config) *[]string { return &c.Runtime.Args }, "runtime-arg", "runtime.args",
+		"an `ARG` passed to the runtime verbatim (repeat for more; replaces runtime.args of the config file)")
+	add(f, fs.StringVar, func(c *Config) *string { return &c.Runtime.Socket }, "runtime-socket", "runtime.socket",
+		"the unix socket `PATH` the runtime serves the CRI on: the proxy and the executor start once a CRI Version call there succeeds")
+	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Runtime.WaitTimeout.Duration }, "runtime-wait-timeout", "runtime.waitTimeout",
+		"how long the runtime has to answer on --runtime-socket; past it nodeinit stops it and exits 1")
+	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Runtime.PassEndpoint }, "pass-runtime-endpoint", "runtime.passEndpoint",
+		"with --runtime-path, pass the executor --container-runtime-endpoint=unix://<--runtime-socket> where neither its arguments nor its kubelet configuration name an endpoint")
+
 	// Node configuration: what the proxy and the executor are given.
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Proxy.BindAll }, "proxy-bindall", "proxy.bindAll",
 		"deprecated: passes --bind-address=0.0.0.0, which since Kubernetes 1.26 binds nothing and leaves kube-proxy to find the node's IP, as no address does; wins over --proxy-bind-address")
@@ -87,7 +99,7 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Executor.SizeNodeToContainer }, "size-node-to-container", "executor.sizeNodeToContainer",
 		"when the kubelet's cgroup root or an ancestor limits memory, CPU or pids, pass the executor --system-reserved so that the Node's allocatable fits in those limits (the kubelet's own larger systemReserved holds)")
 	add(f, fs.StringVar, func(c *Config) *string { return &c.Logging.Dir }, "log-dir", "logging.dir",
-		"write the executor's and the proxy's output to executor.log and proxy.log in this `DIR`, rotated, instead of stdout")
+		"write the executor's, the proxy's and the runtime's output to executor.log, proxy.log and runtime.log in this `DIR`, rotated, instead of stdout")
 	addValue(f, func(c *Config) *Mebibytes { return &c.Logging.MaxSize }, "max-log-size", "logging.maxSize",
 		"rotate a log file of --log-dir at this size: a quantity like 10Mi or 1Gi, or bytes; rounded to whole MiB")
 	add(f, fs.IntVar, func(c *Config) *int { return &c.Logging.MaxBackups }, "max-log-backups", "logging.maxBackups",

@@ -40,6 +40,8 @@ func TestFlagsHaveTheContractsNamesAndDefaults(t *testing.T) {
 		"private-mountns": "false", "make-rshared": "false", "cgroup-parent": "", "mesos-cgroup-prefix": "mesos",
 		"require-cgroup": "false", "cgroup-v2-evacuate": "auto", "cgroup-v2-leaf": "nodeinit",
 		"node-machine-id": "true", "image-machine-id": "", "identity-dir": "", "node-product-uuid": "false",
+		"runtime-path": "", "runtime-arg": "[]", "runtime-socket": "/run/containerd/containerd.sock", "runtime-wait-timeout": "1m0s",
+		"pass-runtime-endpoint": "true",
 	}
 	fs := pflag.NewFlagSet("nodeinit", pflag.ContinueOnError)
 	AddFlags(fs)
@@ -79,7 +81,9 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--skip-container-checks=swap,kmsg", "--raise-inotify-limits", "--iptables-backend=legacy",
 		"--system-bus-pass-through=false", "--drain-on-host-shutdown=false", "--make-rshared", "--cgroup-parent=/x", "--mesos-cgroup-prefix=mesos-agent", "--require-cgroup",
 		"--cgroup-v2-evacuate", "--cgroup-v2-leaf=init", "--node-machine-id=false",
-		"--image-machine-id=0123456789abcdef0123456789abcdef", "--identity-dir=/id", "--node-product-uuid", "--", "/bin/kubelet", "--v=2")
+		"--image-machine-id=0123456789abcdef0123456789abcdef", "--identity-dir=/id", "--node-product-uuid",
+		"--runtime-path=/bin/containerd", "--runtime-arg=--config", "--runtime-arg", "/etc/c.toml", "--runtime-socket=/run/c.sock",
+		"--runtime-wait-timeout=5s", "--pass-runtime-endpoint=false", "--", "/bin/kubelet", "--v=2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +95,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 			BindAddress: "10.1.2.3", LogV: 4, Conntrack: Conntrack{i32(100), i32(0), &Duration{24 * time.Hour}}, Kubeconfig: "/k",
 			Master: "https://m:6443", HostnameOverride: "Node-A",
 			RestartBackoff: Backoff{Duration{2 * time.Second}, Duration{40 * time.Second}, Duration{2 * time.Minute}}},
+		Runtime:             Runtime{Path: "/bin/containerd", Args: []string{"--config", "/etc/c.toml"}, Socket: "/run/c.sock", WaitTimeout: Duration{5 * time.Second}},
 		ShutdownGracePeriod: Duration{time.Minute},
 		Logging:             Logging{Dir: "/l", MaxSize: 1536, MaxBackups: 0, MaxAge: 30},
 		MountNamespace:      MountNamespace{MakeRShared: true},
@@ -195,6 +200,12 @@ func TestBadCommandLinesAreUsageErrors(t *testing.T) {
 			`invalid argument 0 for "--conntrack-max-per-core" flag: ignored by kube-proxy, which takes its settings from --config=/k.yaml (in --proxy-arg): set it in that KubeProxyConfiguration instead`},
 		{[]string{"--config=" + withKubeconfig, "--proxy-arg=--config=/k.yaml", "kubelet"},
 			`invalid argument "[--config=/k.yaml]" for "--proxy-arg" flag: --proxy-kubeconfig (/etc/kubernetes/proxy.conf) ignored by kube-proxy, which takes its settings from --config=/k.yaml (in --proxy-arg): set it in that KubeProxyConfiguration instead`},
+		{[]string{"--runtime-path=containerd", "--runtime-socket=run/c.sock", "kubelet"},
+			`invalid argument "run/c.sock" for "--runtime-socket" flag: must be the absolute path of a unix socket, like /run/containerd/containerd.sock (without unix://)`},
+		{[]string{"--runtime-path=containerd", "--runtime-wait-timeout=0s", "kubelet"},
+			`invalid argument "0s" for "--runtime-wait-timeout" flag: must be positive`},
+		{[]string{"--runtime-arg=--config=/c.toml", "kubelet"},
+			`invalid argument ["--config=/c.toml"] for "--runtime-arg" flag: given without the runtime to run (--runtime-path)`},
 		// A bad flag is reported before the file is even read.
 		{[]string{"--config=" + badFile, "--proxy-mode=ipvs", "--conntrack-min=-1", "kubelet"},
 			`invalid argument -1 for "--conntrack-min" flag: must be non-negative`},
@@ -245,6 +256,14 @@ func TestBadFilesAreFileErrors(t *testing.T) {
 	if _, err := parse(t, "--config="+p); !errors.As(err, &fe) ||
 		err.Error() != "Invalid NodeInitConfig "+p+"\n  executor.path: Required value: executor.args are given without the program to run" {
 		t.Errorf("file with executor.args only: %T %v", err, err)
+	}
+
+	// The runtime's settings are checked with a runtime to run.
+	p = writeFile(t, "runtime.yaml", header+"executor: {path: kubelet}\nruntime: {path: containerd, socket: containerd.sock, waitTimeout: 0s}\n")
+	if _, err := parse(t, "--config="+p); !errors.As(err, &fe) || err.Error() != "Invalid NodeInitConfig "+p+`
+  runtime.socket: Invalid value: "containerd.sock": must be the absolute path of a unix socket, like /run/containerd/containerd.sock (without unix://)
+  runtime.waitTimeout: Invalid value: "0s": must be positive` {
+		t.Errorf("file with a bad runtime: %T %v", err, err)
 	}
 
 	// Without kind and apiVersion the file is not a NodeInitConfig.

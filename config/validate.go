@@ -68,6 +68,8 @@ func (c *Config) Validate() []FieldError {
 	}
 	v.duration("proxy.restartBackoff.reset", b.Reset, 0)
 
+	v.runtime(&c.Runtime)
+
 	v.duration("shutdownGracePeriod", c.ShutdownGracePeriod, 0)
 
 	v.text("logging.dir", c.Logging.Dir)
@@ -159,6 +161,34 @@ func (v *validator) ignoredByProxyConfig(p *Proxy, file string) {
 	ignored("proxy.conntrack.min", c.Min != nil, deref(c.Min))
 	ignored("proxy.conntrack.tcpTimeoutEstablished", c.TCPTimeoutEstablished != nil, deref(c.TCPTimeoutEstablished))
 	ignored("proxy.kubeconfig", p.Kubeconfig != "", p.Kubeconfig)
+}
+
+// maxSocketPath is the longest path a unix socket's address holds
+// (sun_path is 108 bytes with its NUL).
+const maxSocketPath = 107
+
+// runtime checks the runtime's settings: those that only matter with a
+// runtime are checked only then.
+func (v *validator) runtime(r *Runtime) {
+	v.text("runtime.path", r.Path)
+	v.list("runtime.args", r.Args)
+	v.text("runtime.socket", r.Socket)
+	if r.Path == "" {
+		if len(r.Args) > 0 {
+			v.errs = append(v.errs, FieldError{Type: ErrorTypeForbidden, Field: "runtime.args", BadValue: r.Args,
+				Detail: "given without the runtime to run (runtime.path)", related: "runtime.path"})
+		}
+		return
+	}
+	switch s := r.Socket; {
+	case s == "":
+		v.add(ErrorTypeRequired, "runtime.socket", nil, "the unix socket the runtime serves the CRI on, like "+DefaultRuntimeSocket)
+	case !strings.HasPrefix(s, "/"):
+		v.add(ErrorTypeInvalid, "runtime.socket", s, "must be the absolute path of a unix socket, like "+DefaultRuntimeSocket+" (without unix://)")
+	case len(s) > maxSocketPath:
+		v.add(ErrorTypeInvalid, "runtime.socket", s, fmt.Sprintf("must be at most %d bytes: a unix socket's address holds no more", maxSocketPath))
+	}
+	v.duration("runtime.waitTimeout", r.WaitTimeout, time.Nanosecond)
 }
 
 // deref is *p, or nil for a nil p.

@@ -30,6 +30,9 @@ type KubeletConfig struct {
 	CgroupDriverSetting string `json:"cgroupDriver,omitempty"`
 	cgroupDriverFlag    string
 	Address             string `json:"address,omitempty"`
+	// ContainerRuntimeEndpoint is the runtime the kubelet uses (its
+	// --container-runtime-endpoint flag wins over it).
+	ContainerRuntimeEndpoint string `json:"containerRuntimeEndpoint,omitempty"`
 	// FailSwapOn, FeatureGates and ResolvConf are what the checks of a
 	// restricted container (package restrict) must not override; nil or
 	// absent when the files leave them to the kubelet's defaults.

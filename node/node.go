@@ -78,7 +78,8 @@ func Environ(environ []string, pathOverride, dir string) []string {
 // or in a --config-dir drop-in, avoids both the flag and the warning).
 //
 // With executor.sizeNodeToContainer, ct.Sizing's --system-reserved is
-// added too, after the executor's own flags, which it includes. added are
+// added too, after the executor's own flags, which it includes; with a
+// runtime nodeinit runs, its socket as RuntimeEndpoint says. added are
 // flags for what the container restricts (restrict.Plan's KubeletArgs),
 // put after the executor's own.
 func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig, added ...string) Command {
@@ -93,6 +94,9 @@ func Executor(c *config.Config, env []string, ct Container, kc KubeletConfig, ad
 	}
 	if c.Executor.SizeNodeToContainer && ct.Sizing.SystemReserved != "" {
 		cmd.Args = insertFlag(cmd.Args, "--system-reserved="+ct.Sizing.SystemReserved)
+	}
+	if flag, _ := RuntimeEndpoint(c, c.Executor.Args, kc); flag != "" {
+		cmd.Args = insertFlag(cmd.Args, flag)
 	}
 	for _, a := range added {
 		cmd.Args = insertFlag(cmd.Args, a)

@@ -18,6 +18,7 @@ import (
 	"github.com/nodeinit/nodeinit/init/reaper"
 	"github.com/nodeinit/nodeinit/init/signals"
 	"github.com/nodeinit/nodeinit/init/supervisor"
+	"github.com/nodeinit/nodeinit/init/supervisor/cri"
 	"github.com/nodeinit/nodeinit/logfile"
 	"github.com/nodeinit/nodeinit/mountns"
 	"github.com/nodeinit/nodeinit/node"
@@ -25,9 +26,9 @@ import (
 	"github.com/nodeinit/nodeinit/restrict"
 )
 
-// writeFlags prints the executor's and the proxy's final command lines
-// without touching namespaces or cgroups: cgroups.Preview reads where the
-// container is and what would be joined.
+// writeFlags prints the executor's, the proxy's and the runtime's final
+// command lines without touching namespaces or cgroups: cgroups.Preview
+// reads where the container is and what would be joined.
 func writeFlags(cfg *config.Config) int {
 	env := childEnv(cfg)
 	kubelet, _ := node.ReadKubeletConfig(cfg.Executor.Args)
@@ -51,8 +52,21 @@ func writeFlags(cfg *config.Config) int {
 	if cfg.Proxy.Run {
 		cmds = append(cmds, node.Proxy(cfg, env, plan.ProxyArgs...))
 	}
+	// The runtime's line comes last, so the executor's stays first.
+	if rt, ok := node.Runtime(cfg, env); ok {
+		cmds = append(cmds, rt)
+	}
 	if err := node.WriteFlags(os.Stdout, cmds...); err != nil {
 		return exitFailure
+	}
+	if _, lines := node.RuntimeEndpoint(cfg, cfg.Executor.Args, kubelet); len(lines) > 0 {
+		for _, l := range lines {
+			prefix := "nodeinit: "
+			if l.Warning {
+				prefix += "warning: "
+			}
+			fmt.Fprintln(os.Stderr, prefix+l.String())
+		}
 	}
 	// stdout holds the command lines; what nodeinit changes in the node's
 	// view of the system goes to stderr.
@@ -449,9 +463,9 @@ const (
 	notifyBound   = time.Second
 )
 
-// tasks builds the supervisor's configuration: the executor's and the
-// proxy's command lines, with their output going to stdout or, with
-// --log-dir, to rotated files. closeLogs drains the log files once the
+// tasks builds the supervisor's configuration: the executor's, the
+// proxy's and the runtime's command lines, with their output going to
+// stdout or, with --log-dir, to rotated files. closeLogs drains the log files once the
 // children are gone. A non-zero code is the exit status for log files that
 // cannot be made.
 func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig, plan *restrict.Plan) (sc supervisor.Config, closeLogs func(), code int) {
@@ -485,6 +499,21 @@ func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig, pl
 		sc.Proxy = &supervisor.Task{Name: "proxy", Path: px.Path, Args: px.Args, Env: px.Env,
 			Stdin: devNull, Stdout: os.Stdout, Stderr: os.Stderr}
 	}
+	if rt, ok := node.Runtime(cfg, env); ok {
+		devNull, err := os.Open(os.DevNull)
+		if err != nil {
+			klog.ErrorS(err, "Cannot open the runtime's stdin")
+			return sc, closeLogs, exitFailure
+		}
+		sc.Runtime = &supervisor.Task{Name: "runtime", Path: rt.Path, Args: rt.Args, Env: rt.Env,
+			Stdin: devNull, Stdout: os.Stdout, Stderr: os.Stderr}
+		sc.RuntimeProbe = &cri.Probe{Socket: cfg.Runtime.Socket}
+		sc.RuntimeSocket, sc.RuntimeWait = cfg.Runtime.Socket, cfg.Runtime.WaitTimeout.Duration
+		_, lines := node.RuntimeEndpoint(cfg, cfg.Executor.Args, kubelet)
+		for _, l := range lines {
+			l.Log()
+		}
+	}
 	if cfg.Logging.Dir == "" {
 		return sc, closeLogs, 0
 	}
@@ -494,7 +523,7 @@ func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig, pl
 		klog.ErrorS(err, "Cannot set up the log files")
 		return sc, closeLogs, exitFailure
 	}
-	for _, t := range []*supervisor.Task{&sc.Executor, sc.Proxy} {
+	for _, t := range []*supervisor.Task{&sc.Executor, sc.Proxy, sc.Runtime} {
 		if t == nil {
 			continue
 		}

@@ -66,9 +66,10 @@ func newCommandLine() *commandLine {
 func (c *commandLine) usage() string {
 	return "Usage: nodeinit [flags] [--] EXECUTOR [ARG...]\n\n" +
 		"nodeinit is the PID 1 of a Kubernetes node container. It runs EXECUTOR (the kubelet)\n" +
-		"as the main task and the proxy (kube-proxy) as a respawned sidecar, reaps every\n" +
-		"zombie, passes on every signal it can catch (TERM and INT with a grace period),\n" +
-		"and exits with the executor's status.\n\nFlags:\n" +
+		"as the main task and the proxy (kube-proxy) as a respawned sidecar (with\n" +
+		"--runtime-path, the node's container runtime too: started first, stopped last),\n" +
+		"reaps every zombie, passes on every signal it can catch (TERM and INT with a\n" +
+		"grace period), and exits with the executor's status.\n\nFlags:\n" +
 		c.fs.FlagUsages()
 }
 

@@ -1,18 +1,25 @@
 // Package supervisor is nodeinit's PID-1 loop. It starts the executor (the
-// main task) and the proxy (a respawned sidecar), and then does what tini
-// does, in one goroutine: wait for a signal or a timer, reap or forward or
-// respawn, repeat. When the executor dies it shuts everything else down —
-// executor first, proxy last — and returns the executor's exit status.
+// main task), the proxy (a respawned sidecar) and, when asked, the node's
+// container runtime (respawned too, started first and stopped last), and
+// then does what tini does, in one goroutine: wait for a signal or a timer,
+// reap or forward or respawn, repeat. When the executor dies it shuts
+// everything else down — executor first, then the proxy, then the runtime,
+// then what is left — and returns the executor's exit status.
 //
 // The phases of a run (docs/design.md, "The shutdown"; rule 8 bounds them):
 //
-//	running      the executor runs; the proxy is respawned with backoff
+//	waiting      the runtime has started; the proxy and the executor wait
+//	             for it to answer on its socket, within RuntimeWait
+//	running      the executor runs; the proxy (and the runtime) are
+//	             respawned with backoff
 //	draining     a stop signal (TERM, INT, PWR, SIGRTMIN+3) came, or the
 //	             host is shutting down (Host), and a Drainer drains the
 //	             node first; after a drain for the host alone the phase is
 //	             running again, the executor left running
 //	stopping     the executor has the TERM or INT, and the grace period
-//	shutdown     the executor has ended: TERM to the proxy and the rest
+//	shutdown     the executor has ended: TERM to the proxy and the rest;
+//	             with a runtime, TERM to the proxy, once it has ended to the
+//	             runtime, once that has ended to the rest (its shims, pods)
 //	killing      the grace period is over: KILL to what is left, again
 //	             after every reap, for at most ReapBound
 package supervisor
@@ -35,7 +42,7 @@ import (
 
 // Task is a program that nodeinit runs in its own process group.
 type Task struct {
-	Name string // "executor" or "proxy", for the log
+	Name string // "executor", "proxy" or "runtime", for the log
 	// Path is the program: a path, or a name looked up in the PATH of Env
 	// when the task starts (see resolve).
 	Path string
@@ -87,7 +94,17 @@ type Host interface {
 type Config struct {
 	Executor Task
 	Proxy    *Task // nil: no proxy
-	Backoff  Backoff
+	// Runtime, when set, is the node's container runtime: it starts
+	// first, the proxy and the executor once RuntimeProbe says it answers
+	// on RuntimeSocket; if that takes longer than RuntimeWait, Run stops
+	// it and returns 1. It is respawned with Backoff (its own sequence)
+	// whatever happens to the executor, and stopped after the proxy.
+	Runtime       *Task
+	RuntimeProbe  Probe
+	RuntimeSocket string
+	RuntimeWait   time.Duration
+	// Backoff spaces the restarts of the proxy and of the runtime.
+	Backoff Backoff
 	// GracePeriod is how long a forwarded TERM or INT leaves the executor
 	// before its process group is killed, and how long the rest gets after
 	// the executor has died.
@@ -129,7 +146,8 @@ const defaultReapBound = 2 * time.Second
 type phase int
 
 const (
-	running phase = iota
+	waiting phase = iota
+	running
 	draining
 	stopping
 	shutdown
@@ -137,7 +155,7 @@ const (
 )
 
 func (p phase) String() string {
-	return [...]string{"running", "draining", "stopping", "shutdown", "killing"}[p]
+	return [...]string{"waiting", "running", "draining", "stopping", "shutdown", "killing"}[p]
 }
 
 type state int
@@ -161,15 +179,18 @@ type task struct {
 	starts   int
 	lastExit string
 	backoff  Backoff
+	termed   bool // has had the TERM of the shutdown (with a runtime)
 }
 
-// Supervisor runs one executor and an optional proxy. Use it once.
+// Supervisor runs one executor, an optional proxy and an optional
+// runtime. Use it once.
 type Supervisor struct {
 	cfg      Config
 	sys      system
 	sigs     *signals.Set
 	executor *task
 	proxy    *task
+	runtime  *task
 	exitCode int
 
 	phase      phase
@@ -177,12 +198,17 @@ type Supervisor struct {
 	graceArmed bool           // the executor's grace period runs
 	pending    syscall.Signal // the TERM or INT held while the node drains; 0: a drain for the host alone
 	drained    <-chan struct{}
-	drainEnds  time.Time   // when drainLimit fires
-	host       <-chan bool // Host's PrepareForShutdown
-	hostWaits  bool        // the host waits for this drain's end
-	hostDone   bool        // the node has drained for the host; the executor runs on
+	drainEnds  time.Time       // when drainLimit fires
+	host       <-chan bool     // Host's PrepareForShutdown
+	hostWaits  bool            // the host waits for this drain's end
+	hostDone   bool            // the node has drained for the host; the executor runs on
+	answered   <-chan struct{} // the runtime answers (RuntimeProbe), while waiting
+	answeredAt time.Time
+	restTermed bool // the rest has had the TERM of the shutdown (with a runtime)
 
 	respawn    timer // the proxy's next start
+	rtRespawn  timer // the runtime's next start
+	waitLimit  timer // the end of the wait for the runtime
 	grace      timer // executor kill, or, in shutdown, kill of the rest
 	drainLimit timer // the end of the drain
 	deadline   timer // the end of the shutdown, come what may
@@ -202,7 +228,10 @@ func newWith(cfg Config, sys system) *Supervisor {
 		sys:        sys,
 		sigs:       cfg.Signals,
 		executor:   &task{Task: cfg.Executor},
+		phase:      running,
 		respawn:    sys.NewTimer(),
+		rtRespawn:  sys.NewTimer(),
+		waitLimit:  sys.NewTimer(),
 		grace:      sys.NewTimer(),
 		drainLimit: sys.NewTimer(),
 		deadline:   sys.NewTimer(),
@@ -210,19 +239,24 @@ func newWith(cfg Config, sys system) *Supervisor {
 	if cfg.Proxy != nil {
 		s.proxy = &task{Task: *cfg.Proxy, backoff: cfg.Backoff}
 	}
+	if cfg.Runtime != nil {
+		s.runtime = &task{Task: *cfg.Runtime, backoff: cfg.Backoff}
+	}
 	if cfg.Host != nil && cfg.Drain != nil {
 		s.host = cfg.Host.Shutdown()
 	}
 	return s
 }
 
-// Run starts the proxy and the executor, supervises them and every orphan
-// until the executor has died and everything else is gone, and returns the
-// executor's exit status: N, 128+S for a signal, 126 or 127 when it could
-// not be started. A proxy that cannot be found fails the same way before
-// anything starts.
+// Run starts the runtime, the proxy and the executor, supervises them and
+// every orphan until the executor has died and everything else is gone, and
+// returns the executor's exit status: N, 128+S for a signal, 126 or 127 when
+// it could not be started. A runtime or a proxy that cannot be found fails
+// the same way before anything starts. A runtime that does not answer
+// within RuntimeWait makes it 1 (CodeRuntimeSilent), and a stop signal
+// that comes before it has answered 128+S.
 func (s *Supervisor) Run() int {
-	for _, t := range []*task{s.proxy, s.executor} {
+	for _, t := range []*task{s.runtime, s.proxy, s.executor} {
 		if t == nil {
 			continue
 		}
@@ -245,9 +279,9 @@ func (s *Supervisor) Run() int {
 	return s.exitCode
 }
 
-// begin starts the tasks: the proxy first, so the node's service routing is
-// up when the executor starts pods.
-func (s *Supervisor) begin() {
+// beginNode starts the proxy and the executor: the proxy first, so the
+// node's service routing is up when the executor starts pods.
+func (s *Supervisor) beginNode() {
 	if s.proxy != nil {
 		s.start(s.proxy)
 	}
@@ -278,6 +312,14 @@ func (s *Supervisor) step() {
 		if s.phase < shutdown {
 			s.start(s.proxy)
 		}
+	case <-s.rtRespawn.C():
+		if s.phase < shutdown {
+			s.start(s.runtime)
+		}
+	case <-s.answered:
+		s.runtimeAnswers()
+	case <-s.waitLimit.C():
+		s.runtimeSilent()
 	case start, ok := <-s.host:
 		switch {
 		case !ok:
@@ -302,6 +344,13 @@ func (s *Supervisor) step() {
 // to the executor and start its grace period.
 func (s *Supervisor) terminate(sig syscall.Signal) {
 	switch {
+	case s.phase == waiting:
+		fwd := signals.ForExecutor(sig)
+		s.answered = nil
+		s.cfg.RuntimeProbe.Stop()
+		s.exitCode = 128 + int(fwd)
+		klog.InfoS("Stopped before the container runtime answered: the executor is not started", "signal", signals.Name(sig))
+		s.shutdown("stopped before the executor started")
 	case s.phase == running && s.hostDone:
 		klog.InfoS("The node has drained for the host's shutdown already: no second drain", "signal", signals.Name(sig))
 		s.stopExecutor(sig)
@@ -458,7 +507,12 @@ func (s *Supervisor) reap() {
 			s.executorEnded(e)
 		case s.proxy != nil && e.Pid == s.proxy.pid && s.proxy.state == stateRunning:
 			s.proxyEnded(e)
+		case s.runtime != nil && e.Pid == s.runtime.pid && s.runtime.state == stateRunning:
+			s.runtimeEnded(e)
 		}
+	}
+	if s.phase == shutdown && s.runtime != nil {
+		s.stopNext()
 	}
 	switch {
 	case s.phase >= shutdown && none:
@@ -483,7 +537,7 @@ func (s *Supervisor) proxyEnded(e reaper.Exit) {
 		klog.InfoS("Proxy ended", "pid", e.Pid, "status", e.String())
 		return
 	}
-	s.scheduleRespawn(ran, e.String())
+	s.scheduleRespawn(s.proxy, ran, e.String())
 }
 
 // ended records a task's end and returns how long it ran.
@@ -493,9 +547,14 @@ func (s *Supervisor) ended(t *task, e reaper.Exit) time.Duration {
 	return s.sys.Now().Sub(t.started)
 }
 
-func (s *Supervisor) scheduleRespawn(ran time.Duration, why string) {
-	delay := s.proxy.backoff.next(ran)
-	s.proxy.state = stateBackoff
+func (s *Supervisor) scheduleRespawn(t *task, ran time.Duration, why string) {
+	delay := t.backoff.next(ran)
+	t.state = stateBackoff
+	if t == s.runtime {
+		klog.InfoS("Container runtime ended; restarting after backoff", "reason", why, "ran", ran.Round(time.Millisecond), "backoff", delay)
+		s.rtRespawn.Reset(delay)
+		return
+	}
 	klog.InfoS("Proxy ended; restarting after backoff", "reason", why, "ran", ran.Round(time.Millisecond), "backoff", delay)
 	s.respawn.Reset(delay)
 }
@@ -521,8 +580,8 @@ func (s *Supervisor) start(t *task) error {
 		err = classifyStartError(t.Name, t.Path, err)
 		klog.ErrorS(err, "Task not started", "task", t.Name)
 		t.lastExit = "not started: " + err.Error()
-		if t == s.proxy && s.phase < shutdown {
-			s.scheduleRespawn(0, "start failed")
+		if t != s.executor && s.phase < shutdown {
+			s.scheduleRespawn(t, 0, "start failed")
 		} else {
 			t.state = stateExited
 		}
@@ -544,14 +603,22 @@ func (s *Supervisor) start(t *task) error {
 func (s *Supervisor) shutdown(why string) {
 	s.phase = shutdown
 	s.respawn.Stop()
+	s.rtRespawn.Stop()
+	s.waitLimit.Stop()
 	s.drainLimit.Stop()
 	s.drained = nil
 	s.releaseHost()
-	s.signalTask(s.proxy, unix.SIGTERM)
-	s.killRest(unix.SIGTERM)
 	s.grace.Reset(s.cfg.GracePeriod)
 	s.deadline.Reset(s.cfg.GracePeriod + s.cfg.ReapBound)
-	klog.InfoS("Shutting down: sent TERM to the proxy and every other process", "reason", why, "gracePeriod", s.cfg.GracePeriod)
+	if s.runtime == nil {
+		s.signalTask(s.proxy, unix.SIGTERM)
+		s.killRest(unix.SIGTERM)
+		klog.InfoS("Shutting down: sent TERM to the proxy and every other process", "reason", why, "gracePeriod", s.cfg.GracePeriod)
+	} else {
+		klog.InfoS("Shutting down: the proxy first, then the container runtime, then what is left of its shims and pods",
+			"reason", why, "gracePeriod", s.cfg.GracePeriod)
+		s.stopNext()
+	}
 	if s.cfg.OnShutdown != nil {
 		s.cfg.OnShutdown()
 	}
@@ -571,6 +638,7 @@ func (s *Supervisor) graceExpired() {
 	s.phase = killing
 	klog.InfoS("Grace period over; killing what is left", "gracePeriod", s.cfg.GracePeriod)
 	s.signalTask(s.proxy, unix.SIGKILL)
+	s.signalTask(s.runtime, unix.SIGKILL)
 	s.killRest(unix.SIGKILL)
 }
 
@@ -621,7 +689,7 @@ func (s *Supervisor) logStatus() {
 	klog.InfoS("Init status", "pid", os.Getpid(), "goroutines", runtime.NumGoroutine(),
 		"heapLive", m.heapLive, "heapGoal", m.heapGoal, "heapHeld", m.heapHeld,
 		"stacks", m.stacks, "goMapped", m.mapped, "gcCycles", m.gcCycles)
-	for _, t := range []*task{s.executor, s.proxy} {
+	for _, t := range []*task{s.executor, s.proxy, s.runtime} {
 		if t == nil {
 			continue
 		}
@@ -632,6 +700,14 @@ func (s *Supervisor) logStatus() {
 		klog.InfoS("Task status", "task", t.Name, "pid", pid, "state", t.state, "phase", s.phase,
 			"started", t.started.UTC().Format(time.RFC3339), "restarts", max(t.starts-1, 0),
 			"lastExit", cmp.Or(t.lastExit, "none"), "backoff", t.backoff.Current())
+	}
+	if s.runtime != nil {
+		answered := "not yet"
+		if !s.answeredAt.IsZero() {
+			answered = s.answeredAt.UTC().Format(time.RFC3339)
+		}
+		klog.InfoS("Container runtime status", "socket", s.cfg.RuntimeSocket, "socketExists", exists(s.cfg.RuntimeSocket),
+			"answered", answered, "waitTimeout", s.cfg.RuntimeWait)
 	}
 	if s.cfg.Drain != nil {
 		klog.InfoS("Node drain status", "phase", s.phase, "drain", s.cfg.Drain.Status(), "hostWaits", s.hostWaits, "drainedForHost", s.hostDone)
