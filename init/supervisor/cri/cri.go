@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -44,8 +45,12 @@ func Version(ctx context.Context, socket string) error {
 	defer stop()
 	a, err := call(conn, versionPath)
 	if err != nil {
+		// conn's deadline is ctx's: it may pass a moment before ctx
+		// knows it has.
 		if ctx.Err() != nil {
 			err = ctx.Err()
+		} else if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = context.DeadlineExceeded
 		}
 		return fmt.Errorf("CRI Version call: %w", err)
 	}
