@@ -8,6 +8,7 @@ require (
 	github.com/opencontainers/cgroups v0.1.0
 	github.com/sirupsen/logrus v1.9.3
 	github.com/spf13/pflag v1.1.0
+	golang.org/x/net v0.56.0
 	golang.org/x/sys v0.50.0
 	k8s.io/api v0.35.10
 	k8s.io/klog/v2 v2.140.0
@@ -26,7 +27,6 @@ require (
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.3 // indirect
-	golang.org/x/net v0.56.0 // indirect
 	golang.org/x/text v0.39.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/apimachinery v0.35.10 // indirect

@@ -5,20 +5,20 @@
 // enough: containerd listens before its CRI plugin is ready and answers
 // "server is not initialized yet" until it is.
 //
-// The call is gRPC over unencrypted HTTP/2 on a unix socket, made with the
-// standard library's HTTP/2 client: an empty VersionRequest, whose answer
-// counts by its grpc-status alone.
+// The call is gRPC over unencrypted HTTP/2 on a unix socket: an empty
+// VersionRequest, whose answer counts by its grpc-status alone. It is made
+// by a client of the package's own (h2.go) that knows this one unary call and
+// nothing more: net/http's HTTP/2 client would make nodeinit's binary half
+// again as large, and the kubelet's first call needs none of it.
 package cri
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -27,48 +27,40 @@ import (
 // versionPath is the CRI's Version method as gRPC names it.
 const versionPath = "/runtime.v1.RuntimeService/Version"
 
-// emptyMessage is a gRPC message frame holding an empty protobuf message:
-// uncompressed (0), length 0.
-var emptyMessage = []byte{0, 0, 0, 0, 0}
-
 // Version calls the CRI's Version method on the unix socket at socket and
-// returns nil when the runtime answers with status OK, else why not.
+// returns nil when the runtime answers with status OK, else why not. Every
+// step, the dial included, ends at ctx's deadline or when ctx is canceled.
 func Version(ctx context.Context, socket string) error {
-	protocols := new(http.Protocols)
-	protocols.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{
-		Protocols: protocols,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
-		DisableKeepAlives: true,
-	}
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost"+versionPath, bytes.NewReader(emptyMessage))
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
-		return err
+		return err // "dial unix /run/...: connect: no such file or directory"
 	}
-	req.Header.Set("Content-Type", "application/grpc")
-	req.Header.Set("TE", "trailers")
-	resp, err := tr.RoundTrip(req)
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	// A cancel wakes the reads and writes below as a deadline would.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	a, err := call(conn, versionPath)
 	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return op // "dial unix /run/...: connect: no such file or directory"
+		// conn's deadline is ctx's: it may pass a moment before ctx
+		// knows it has.
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		} else if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = context.DeadlineExceeded
 		}
 		return fmt.Errorf("CRI Version call: %w", err)
 	}
-	defer resp.Body.Close()
-	// The answer's message is of no interest; its trailers come after it.
-	// A runtime sends a few dozen bytes: more is not a runtime.
-	if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16)); err != nil {
-		return fmt.Errorf("CRI Version call: %w", err)
+	if a.status == "" {
+		return errors.New("CRI Version call: the answer has no :status: not an HTTP/2 server")
 	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("CRI Version call: HTTP status %d", resp.StatusCode)
+	if a.status != "200" {
+		return fmt.Errorf("CRI Version call: HTTP status %s", a.status)
 	}
-	status, message := grpcStatus(resp)
+	status, message := a.grpcStatus()
 	switch status {
 	case "0":
 		return nil
@@ -80,15 +72,6 @@ func Version(ctx context.Context, socket string) error {
 		message = m
 	}
 	return fmt.Errorf("CRI Version call: %s: %s", codeName(code), message)
-}
-
-// grpcStatus is the answer's grpc-status and grpc-message: in its trailers,
-// or in its headers for a trailers-only answer (an error without a body).
-func grpcStatus(resp *http.Response) (status, message string) {
-	if s := resp.Trailer.Get("Grpc-Status"); s != "" {
-		return s, resp.Trailer.Get("Grpc-Message")
-	}
-	return resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
 }
 
 // codeName is a gRPC status code's name, as grpc-go writes it.
