@@ -98,7 +98,7 @@ func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 	b := listen(t, testOptions{InhibitDelayMax: 90 * time.Second, Upstream: address})
 	conn := connect(t, b)
 	var names []string
-	if err := conn.BusObject().Call(busName+".ListNames", 0).Store(&names); err != nil {
+	if err := conn.BusObject().Call(service.BusName+".ListNames", 0).Store(&names); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"org.example.Echo", echo.Names()[0], logindName, logindOwner} {
@@ -107,26 +107,26 @@ func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 		}
 	}
 	var id, directID, owner string
-	must(t, conn.BusObject().Call(busName+".GetId", 0).Store(&id))
-	must(t, direct.BusObject().Call(busName+".GetId", 0).Store(&directID))
+	must(t, conn.BusObject().Call(service.BusName+".GetId", 0).Store(&id))
+	must(t, direct.BusObject().Call(service.BusName+".GetId", 0).Store(&directID))
 	if id != directID {
 		t.Errorf("GetId = %s, the system bus's is %s", id, directID)
 	}
-	must(t, conn.BusObject().Call(busName+".GetNameOwner", 0, "org.example.Echo").Store(&owner))
+	must(t, conn.BusObject().Call(service.BusName+".GetNameOwner", 0, "org.example.Echo").Store(&owner))
 	if owner != echo.Names()[0] {
 		t.Errorf("GetNameOwner(org.example.Echo) = %s, want %s", owner, echo.Names()[0])
 	}
-	must(t, conn.BusObject().Call(busName+".GetNameOwner", 0, logindName).Store(&owner))
+	must(t, conn.BusObject().Call(service.BusName+".GetNameOwner", 0, logindName).Store(&owner))
 	if owner != logindOwner {
 		t.Errorf("GetNameOwner(login1) = %s, want %s", owner, logindOwner)
 	}
 
 	var uid uint32
-	if err := conn.BusObject().Call(busName+".GetConnectionUnixUser", 0, echo.Names()[0]).Store(&uid); err != nil || int(uid) != os.Getuid() {
+	if err := conn.BusObject().Call(service.BusName+".GetConnectionUnixUser", 0, echo.Names()[0]).Store(&uid); err != nil || int(uid) != os.Getuid() {
 		t.Errorf("GetConnectionUnixUser of the service = %d, %v", uid, err)
 	}
 	// What would change the system bus is not passed on as nodeinit's.
-	if err := conn.BusObject().Call(busName+".UpdateActivationEnvironment", 0, map[string]string{"X": "1"}).Err; dbusErrorName(err) != service.UnknownMethod {
+	if err := conn.BusObject().Call(service.BusName+".UpdateActivationEnvironment", 0, map[string]string{"X": "1"}).Err; dbusErrorName(err) != service.UnknownMethod {
 		t.Errorf("UpdateActivationEnvironment: %v, want %s", err, service.UnknownMethod)
 	}
 
@@ -287,7 +287,7 @@ func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
 	must(t, err)
 	defer neighbour.Close()
 	var names []string
-	must(t, neighbour.BusObject().Call(busName+".ListNames", 0).Store(&names))
+	must(t, neighbour.BusObject().Call(service.BusName+".ListNames", 0).Store(&names))
 	huge := strings.Repeat("x", 300<<10)
 	sent := 0
 	for _, name := range names {
@@ -300,7 +300,7 @@ func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
 	}
 	// A round trip to the bus: it has passed the signals on before it
 	// answers.
-	must(t, neighbour.BusObject().Call(busName+".GetId", 0).Store(&s))
+	must(t, neighbour.BusObject().Call(service.BusName+".GetId", 0).Store(&s))
 
 	for i := range 3 {
 		if err := echo.Call("org.example.Echo.Echo", 0, "after").Store(&s); err != nil || s != "echo after" {
@@ -317,7 +317,7 @@ func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
 			switch {
 			case sig.Name == "org.example.Echo.Pinged":
 				pinged = true
-			case sig.Sender != busName:
+			case sig.Sender != service.BusName:
 				t.Errorf("the client got %s from %s", sig.Name, sig.Sender)
 			}
 		case <-deadline:
@@ -468,7 +468,7 @@ func TestSdBusCallsThroughThePassThrough(t *testing.T) {
 	if out := run("call", "org.example.Echo", "/org/example/Echo", "org.example.Echo", "Echo", "s", "hi"); out != "s \"echo hi\"\n" {
 		t.Errorf("busctl call: %q", out)
 	}
-	if out := run("call", busName, string(busPath), busName, "GetNameOwner", "s", logindName); out != "s \""+logindOwner+"\"\n" {
+	if out := run("call", service.BusName, string(service.BusPath), service.BusName, "GetNameOwner", "s", logindName); out != "s \""+logindOwner+"\"\n" {
 		t.Errorf("busctl GetNameOwner(login1): %q", out)
 	}
 }
@@ -508,7 +508,7 @@ func dialRawNeighbour(t *testing.T, address string) *rawNeighbour {
 	t.Cleanup(func() { nc.Close() })
 	raw, err := nc.SyscallConn()
 	must(t, err)
-	hello := encodeCall(t, 1, busName, busPath, busName, "Hello")
+	hello := encodeCall(t, 1, service.BusName, service.BusPath, service.BusName, "Hello")
 	_, err = nc.Write(append([]byte("\x00AUTH EXTERNAL "+hexID(strconv.Itoa(os.Getuid()))+"\r\nNEGOTIATE_UNIX_FD\r\nBEGIN\r\n"), hello...))
 	must(t, err)
 	// The bus takes descriptors only once it has read BEGIN: wait for

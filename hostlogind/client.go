@@ -13,19 +13,13 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/bus/service"
 	"github.com/nodeinit/nodeinit/bus/upstream"
+	"github.com/nodeinit/nodeinit/logind"
 )
 
-// logind's names on the host's bus, and what nodeinit asks of it.
+// What nodeinit asks of the host's logind.
 const (
-	logindName   = "org.freedesktop.login1"
-	logindPath   = dbus.ObjectPath("/org/freedesktop/login1")
-	busPath      = dbus.ObjectPath("/org/freedesktop/DBus")
-	managerIface = "org.freedesktop.login1.Manager"
-	prepare      = managerIface + ".PrepareForShutdown"
-	busName      = "org.freedesktop.DBus"
-	ownerChanged = busName + ".NameOwnerChanged"
-
 	Who  = "nodeinit"
 	Why  = "drain the node's pods"
 	what = "shutdown"
@@ -208,10 +202,10 @@ func (c *Client) closeLock(held *int) bool {
 // NameOwnerChanged. The rest are dropped unread, their descriptors closed.
 func (c *Client) wanted(sender, path, iface, member string) bool {
 	switch {
-	case iface == managerIface && member == "PrepareForShutdown":
-		return path == string(logindPath) && sender != "" && sender == *c.owner.Load()
-	case iface == busName && member == "NameOwnerChanged":
-		return sender == busName
+	case iface == logind.ManagerIface && member == "PrepareForShutdown":
+		return path == string(logind.ObjectPath) && sender != "" && sender == *c.owner.Load()
+	case iface == service.BusName && member == "NameOwnerChanged":
+		return sender == service.BusName
 	}
 	return false
 }
@@ -239,12 +233,12 @@ func (c *Client) session() (err error) {
 	// The rules come first: no shutdown and no new owner falls between
 	// the lock and the watch.
 	if err := c.call(ctx, func(ctx context.Context) error {
-		if _, err := conn.Call(ctx, busName, busPath, busName, "AddMatch",
-			"type='signal',sender='"+logindName+"',path='"+string(logindPath)+"',interface='"+managerIface+"',member='PrepareForShutdown'"); err != nil {
+		if _, err := conn.Call(ctx, service.BusName, service.BusPath, service.BusName, "AddMatch",
+			"type='signal',sender='"+logind.BusName+"',path='"+string(logind.ObjectPath)+"',interface='"+logind.ManagerIface+"',member='PrepareForShutdown'"); err != nil {
 			return err
 		}
-		_, err := conn.Call(ctx, busName, busPath, busName, "AddMatch",
-			"type='signal',sender='"+busName+"',interface='"+busName+"',member='NameOwnerChanged',arg0='"+logindName+"'")
+		_, err := conn.Call(ctx, service.BusName, service.BusPath, service.BusName, "AddMatch",
+			"type='signal',sender='"+service.BusName+"',interface='"+service.BusName+"',member='NameOwnerChanged',arg0='"+logind.BusName+"'")
 		return err
 	}); err != nil {
 		return fmt.Errorf("add match rules on the host's system bus: %w", err)
@@ -287,7 +281,7 @@ func (c *Client) follow(ctx context.Context, conn *upstream.Caller, msg string) 
 	if *c.owner.Load() == "" {
 		var owner string
 		err := c.call(ctx, func(ctx context.Context) error {
-			r, err := conn.Call(ctx, busName, busPath, busName, "GetNameOwner", logindName)
+			r, err := conn.Call(ctx, service.BusName, service.BusPath, service.BusName, "GetNameOwner", logind.BusName)
 			if err != nil {
 				return err
 			}
@@ -295,12 +289,12 @@ func (c *Client) follow(ctx context.Context, conn *upstream.Caller, msg string) 
 			return r.Store(&owner)
 		})
 		var derr *upstream.CallError
-		if errors.As(err, &derr) && derr.Name == "org.freedesktop.DBus.Error.NameHasNoOwner" {
-			c.fail(errors.New("there is no logind on the host's system bus (no owner of "+logindName+"); the lock is taken when one comes"), 0)
+		if errors.As(err, &derr) && derr.Name == service.NameHasNoOwner {
+			c.fail(errors.New("there is no logind on the host's system bus (no owner of "+logind.BusName+"); the lock is taken when one comes"), 0)
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("the owner of %s on the host's bus: %w", logindName, err)
+			return fmt.Errorf("the owner of %s on the host's bus: %w", logind.BusName, err)
 		}
 		c.owner.Store(&owner)
 	}
@@ -344,7 +338,7 @@ func (c *Client) sync(ctx context.Context, conn *upstream.Caller, msg string) er
 
 // property reads one of logind's Manager properties into v.
 func (c *Client) property(ctx context.Context, conn *upstream.Caller, name string, v any) error {
-	r, err := conn.Call(ctx, logindName, logindPath, "org.freedesktop.DBus.Properties", "Get", managerIface, name)
+	r, err := conn.Call(ctx, logind.BusName, logind.ObjectPath, service.PropertiesIface, "Get", logind.ManagerIface, name)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", name, err)
 	}
@@ -373,7 +367,7 @@ func (c *Client) readDelay(ctx context.Context, conn *upstream.Caller) (time.Dur
 func (c *Client) handle(ctx context.Context, conn *upstream.Caller, m *dbus.Message) (took bool, err error) {
 	if member, _ := m.Headers[dbus.FieldMember].Value().(string); member == "NameOwnerChanged" {
 		var name, old, owner string
-		if err := dbus.Store(m.Body, &name, &old, &owner); err != nil || name != logindName {
+		if err := dbus.Store(m.Body, &name, &old, &owner); err != nil || name != logind.BusName {
 			return false, nil
 		}
 		c.owner.Store(&owner)
@@ -466,7 +460,7 @@ func (c *Client) take(ctx context.Context, conn *upstream.Caller, msg string, de
 	}
 	fd := -1
 	err := c.call(ctx, func(ctx context.Context) error {
-		r, err := conn.Call(ctx, logindName, logindPath, managerIface, "Inhibit", what, Who, Why, mode)
+		r, err := conn.Call(ctx, logind.BusName, logind.ObjectPath, logind.ManagerIface, "Inhibit", what, Who, Why, mode)
 		if err != nil {
 			return fmt.Errorf("call Inhibit: %w", err)
 		}

@@ -3,7 +3,8 @@
 // own shutdown (systemctl reboot, shutdown -h, the power button) waits
 // for the node to drain, as it waits for a kubelet that runs on the host.
 // Package logind is the other side: the logind that nodeinit serves the
-// kubelet in the container, which never hears of the host's.
+// kubelet in the container, which never hears of the host's, and whose
+// names (logind.BusName, ObjectPath, ManagerIface) the host's logind has.
 //
 // Where the container has the host's system bus (the host's /run mounted,
 // so that /run/dbus/system_bus_socket is the host's; bus/upstream.Address

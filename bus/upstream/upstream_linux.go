@@ -26,12 +26,6 @@ import (
 	"github.com/nodeinit/nodeinit/internal/linux"
 )
 
-// The bus's own name and object, to say Hello to it.
-const (
-	busName = "org.freedesktop.DBus"
-	busPath = dbus.ObjectPath("/org/freedesktop/DBus")
-)
-
 // Limits of the pass-through.
 const (
 	// dialTimeout bounds opening the connection: the dial, the handshake and
@@ -254,9 +248,9 @@ func handshake(nc *net.UnixConn, raw syscall.RawConn, r *bufio.Reader, unixFD bo
 		agreed = got == "AGREE_UNIX_FD"
 	}
 	hello := wire.WithBody(&dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
-		dbus.FieldDestination: dbus.MakeVariant(busName),
-		dbus.FieldPath:        dbus.MakeVariant(busPath),
-		dbus.FieldInterface:   dbus.MakeVariant(busName),
+		dbus.FieldDestination: dbus.MakeVariant(service.BusName),
+		dbus.FieldPath:        dbus.MakeVariant(service.BusPath),
+		dbus.FieldInterface:   dbus.MakeVariant(service.BusName),
 		dbus.FieldMember:      dbus.MakeVariant("Hello"),
 	}})
 	data, _, err := wire.Encode(hello, 1)
@@ -418,7 +412,7 @@ func (u *Conn) deliver(f *frame, fds []int) {
 		if kind == ListNames && f.typ == dbus.TypeMethodReply {
 			data, err = u.withLocalNames(f, name)
 		}
-	case f.typ == dbus.TypeSignal && sender == busName:
+	case f.typ == dbus.TypeSignal && sender == service.BusName:
 		m, err := f.decode()
 		if err != nil {
 			u.drop(f, fds, "not a message godbus can read")
@@ -486,7 +480,7 @@ func (u *Conn) refuseReply(f *frame, name string) {
 		return
 	}
 	serial := f.uint32Field(dbus.FieldReplySerial)
-	e := wire.NewError(&dbus.Message{}, busName, name, service.LimitsExceeded,
+	e := wire.NewError(&dbus.Message{}, service.BusName, name, service.LimitsExceeded,
 		fmt.Sprintf("The reply from %s is %d bytes, more than the %d this bus passes on", clientlog.Clip(f.header(dbus.FieldSender)), f.size, u.opts.MaxMessage))
 	e.Headers[dbus.FieldReplySerial] = dbus.MakeVariant(serial)
 	data, _, err := wire.Encode(e, u.h.Serial())
