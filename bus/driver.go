@@ -245,30 +245,41 @@ func (c *conn) connectionMethod(in *call, upstream bool) bool {
 // nameMethod answers the bus's calls about names and itself. It reports
 // false for a call that is not one of them.
 func (c *conn) nameMethod(in *call) bool {
-	// With a system bus to pass through to, what is about its names, and
-	// the bus's own list and id, are the system bus's.
 	behind := c.passesThrough()
 	if behind {
-		name := ""
-		if len(in.Msg.Body) > 0 {
-			name, _ = in.Msg.Body[0].(string)
-		}
-		switch in.Member {
-		case "GetNameOwner", "NameHasOwner", "StartServiceByName", "RequestName", "ReleaseName":
-			if c.bus.localOwner(name, true) == "" && c.forward(in, upstream.Plain) {
-				return true
-			}
-		case "ListNames":
-			if c.forward(in, upstream.ListNames) {
-				return true
-			}
-		case "ListActivatableNames", "GetId":
-			if c.forward(in, upstream.Plain) {
-				return true
-			}
+		if c.forwardNameMethod(in) {
+			return true
 		}
 		behind = c.passesThrough()
 	}
+	return c.localNameMethod(in, behind)
+}
+
+// forwardNameMethod passes a call about names or the bus itself up to
+// the system bus behind this one: with a system bus to pass through to,
+// what is about its names, and the bus's own list and id, are the system
+// bus's. It reports false for a call that stays here (about a name of
+// this bus) or that could not go up.
+func (c *conn) forwardNameMethod(in *call) bool {
+	name := ""
+	if len(in.Msg.Body) > 0 {
+		name, _ = in.Msg.Body[0].(string)
+	}
+	switch in.Member {
+	case "GetNameOwner", "NameHasOwner", "StartServiceByName", "RequestName", "ReleaseName":
+		return c.bus.localOwner(name, true) == "" && c.forward(in, upstream.Plain)
+	case "ListNames":
+		return c.forward(in, upstream.ListNames)
+	case "ListActivatableNames", "GetId":
+		return c.forward(in, upstream.Plain)
+	}
+	return false
+}
+
+// localNameMethod answers a call about names and the bus itself here;
+// behind says whether a system bus is behind this one. It reports false
+// for a call that is not one of them.
+func (c *conn) localNameMethod(in *call, behind bool) bool {
 	one := func() (string, bool) {
 		if e := in.WantSignature("s"); e != nil {
 			in.Fail(service.BusName, e)
