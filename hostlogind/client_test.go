@@ -9,7 +9,7 @@ import (
 
 	"github.com/nodeinit/nodeinit/bus/upstream"
 	"github.com/nodeinit/nodeinit/hostlogind"
-	"github.com/nodeinit/nodeinit/hostlogind/hostlogindtest"
+	"github.com/nodeinit/nodeinit/test/hostlogindtest"
 )
 
 // held is a condition on the stand-in's locks: n held now.

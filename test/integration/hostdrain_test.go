@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeinit/nodeinit/hostlogind/hostlogindtest"
+	"github.com/nodeinit/nodeinit/test/hostlogindtest"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
