@@ -56,4 +56,8 @@
 // (signals, calls, replies that come after their call's timeout: a late
 // Inhibit's lock is closed at once, never left delaying the host), and
 // hands signals over through a queue of 16 that never blocks its reader.
+//
+// client.go is the Client: what its caller sees, the locks it holds and
+// how one replaces another, and the events it delivers; session.go follows
+// the host's logind on a connection made again while it fails.
 package hostlogind
