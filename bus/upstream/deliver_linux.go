@@ -12,8 +12,29 @@ import (
 	"github.com/nodeinit/nodeinit/internal/clientlog"
 )
 
-// What comes down from the system bus: passed on to the client, addressed
-// to its name on the bus, or dropped (the package doc has the rules).
+// What comes down from the system bus: read, then passed on to the
+// client, addressed to its name on the bus, or dropped (the package doc
+// has the rules).
+
+// readLoop reads what the system bus sends, until the pass-through ends.
+func (u *Conn) readLoop() {
+	defer u.recovered("reading from the system bus")
+	for {
+		f, err := readFrame(u.r, u.opts.MaxMessage)
+		var fds []int
+		if err == nil {
+			fds, err = u.fds.TakeN(f.uint32Field(dbus.FieldUnixFDs))
+		}
+		if err != nil {
+			u.fail(fmt.Errorf("reading: %w", err))
+			return
+		}
+		if u.opts.Hook != nil {
+			u.opts.Hook("reading")
+		}
+		u.deliver(f, fds)
+	}
+}
 
 // deliver hands a message from the upstream bus to the client, addressed
 // to the client's name here, or drops it: one larger than the client's

@@ -55,8 +55,8 @@
 // Where each part is: which system bus, and where it listens (address.go);
 // a connection's setup, the same for both uses: the dial, EXTERNAL, unix
 // fd passing and Hello (dial_linux.go); the pass-through's connection, its
-// queue up, its reader and writer and its end (upstream_linux.go); what
-// comes down, passed on or dropped (deliver_linux.go); a message as it
-// came, its header read and written again (frame.go); the Caller
+// queue up, its writer and its end (upstream_linux.go); its reader, and
+// what comes down, passed on or dropped (deliver_linux.go); a message as
+// it came, its header read and written again (frame.go); the Caller
 // (caller_linux.go).
 package upstream

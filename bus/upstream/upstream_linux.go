@@ -117,6 +117,7 @@ type Conn struct {
 // unixFD, the client has it) and says Hello, within dialTimeout. Start starts
 // passing messages.
 func Dial(c Client, h Host, o *Options, unixFD bool) (*Conn, error) {
+	// What comes down is held within the bounds of what a client sends.
 	l, err := dial(o.Address, dialTimeout, unixFD, wire.MaxHeldFDs, wire.MaxHeldFDs)
 	if err != nil {
 		return nil, err
@@ -200,25 +201,6 @@ func (u *Conn) pop() (wire.Outgoing, bool) {
 		return wire.Outgoing{}, false
 	}
 	return u.queue.Pop()
-}
-
-func (u *Conn) readLoop() {
-	defer u.recovered("reading from the system bus")
-	for {
-		f, err := readFrame(u.r, u.opts.MaxMessage)
-		var fds []int
-		if err == nil {
-			fds, err = u.fds.TakeN(f.uint32Field(dbus.FieldUnixFDs))
-		}
-		if err != nil {
-			u.fail(fmt.Errorf("reading: %w", err))
-			return
-		}
-		if u.opts.Hook != nil {
-			u.opts.Hook("reading")
-		}
-		u.deliver(f, fds)
-	}
 }
 
 // fail ends the pass-through of this client and closes the client's
