@@ -332,7 +332,7 @@ func TestAConnectionThatWaitsForNothingIsDroppedWhenIdle(t *testing.T) {
 		c.auth()
 		c.hello()
 	}
-	waiting.call(2, busName, busPath, busName, "AddMatch", "type='signal',member='PrepareForShutdown'")
+	waiting.call(2, service.BusName, service.BusPath, service.BusName, "AddMatch", "type='signal',member='PrepareForShutdown'")
 	if m := waiting.message(); m.Type != dbus.TypeMethodReply {
 		t.Fatalf("AddMatch: %v", m)
 	}

@@ -160,7 +160,7 @@ func (c *raw) message() *dbus.Message {
 // hello says Hello and reads the reply and NameAcquired.
 func (c *raw) hello() string {
 	c.t.Helper()
-	c.call(1, busName, busPath, busName, "Hello")
+	c.call(1, service.BusName, service.BusPath, service.BusName, "Hello")
 	reply := c.message()
 	name, _ := reply.Body[0].(string)
 	if acquired := c.message(); wire.Header(acquired, dbus.FieldMember) != "NameAcquired" || acquired.Body[0] != name ||
@@ -253,12 +253,12 @@ func TestUnexpectedCallsGetADBusErrorAndTheConnectionStays(t *testing.T) {
 		{"another object", conn.Object(logindName, "/org/freedesktop/login1/session/self"), service.PropertiesIface + ".Get", []any{"org.freedesktop.login1.Session", "Id"}, service.UnknownObject},
 		{"another service", conn.Object("org.example.Nobody", "/"), "org.example.Nobody.Hi", nil, errServiceUnknown},
 		{"systemd", conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1"), "org.freedesktop.systemd1.Manager.KillUnit", []any{"containerd.service", "all", int32(1)}, errNoSuchUnit},
-		{"a second Hello", conn.BusObject(), busName + ".Hello", nil, service.Failed},
-		{"a bus method it does not offer", conn.BusObject(), busName + ".UpdateActivationEnvironment", []any{map[string]string{}}, service.UnknownMethod},
+		{"a second Hello", conn.BusObject(), service.BusName + ".Hello", nil, service.Failed},
+		{"a bus method it does not offer", conn.BusObject(), service.BusName + ".UpdateActivationEnvironment", []any{map[string]string{}}, service.UnknownMethod},
 		{"another bus interface", conn.BusObject(), "org.freedesktop.DBus.Monitoring.BecomeMonitor", []any{[]string{}, uint32(0)}, service.UnknownMethod},
-		{"an invalid match rule", conn.BusObject(), busName + ".AddMatch", []any{"type='bogus'"}, errMatchRuleInvalid},
-		{"AddMatch without a rule", conn.BusObject(), busName + ".AddMatch", []any{int32(1)}, service.InvalidArgs},
-		{"removing a rule never added", conn.BusObject(), busName + ".RemoveMatch", []any{"member='Nothing'"}, errMatchRuleNotFound},
+		{"an invalid match rule", conn.BusObject(), service.BusName + ".AddMatch", []any{"type='bogus'"}, errMatchRuleInvalid},
+		{"AddMatch without a rule", conn.BusObject(), service.BusName + ".AddMatch", []any{int32(1)}, service.InvalidArgs},
+		{"removing a rule never added", conn.BusObject(), service.BusName + ".RemoveMatch", []any{"member='Nothing'"}, errMatchRuleNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.obj.Call(tc.method, 0, tc.args...).Err
@@ -311,7 +311,7 @@ func TestGarbageEndsOnlyThatConnection(t *testing.T) {
 	binary.LittleEndian.PutUint32(big[4:], 1<<30) // a body of 1 GiB
 	for name, input := range map[string]string{
 		"HTTP instead of D-Bus":     "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-		"a message without auth":    string(encodeCall(t, 1, busName, busPath, busName, "Hello")),
+		"a message without auth":    string(encodeCall(t, 1, service.BusName, service.BusPath, service.BusName, "Hello")),
 		"a wrong byte order":        auth + strings.Repeat("x", 64),
 		"protocol version 2":        auth + "l\x01\x00\x02" + strings.Repeat("\x00", 60),
 		"a message of 1 GiB":        auth + string(big),
@@ -334,7 +334,7 @@ func TestGarbageEndsOnlyThatConnection(t *testing.T) {
 // withHugeString is a Hello whose string argument claims 3 GiB: godbus
 // v5.1 would allocate all of it before finding the message short.
 func withHugeString(t *testing.T) []byte {
-	m := encodeCall(t, 1, busName, busPath, busName, "Hello", "abcd")
+	m := encodeCall(t, 1, service.BusName, service.BusPath, service.BusName, "Hello", "abcd")
 	binary.LittleEndian.PutUint32(m[len(m)-9:], 3<<30)
 	return m
 }
@@ -417,8 +417,8 @@ func TestPrepareForShutdownGoesOnlyWhereAMatchRuleWantsIt(t *testing.T) {
 		c.auth()
 		c.hello()
 	}
-	watching.call(2, busName, busPath, busName, "AddMatch", "type='signal',member='PrepareForShutdown'")
-	other.call(2, busName, busPath, busName, "AddMatch", "type='signal',member='PrepareForSleep'")
+	watching.call(2, service.BusName, service.BusPath, service.BusName, "AddMatch", "type='signal',member='PrepareForShutdown'")
+	other.call(2, service.BusName, service.BusPath, service.BusName, "AddMatch", "type='signal',member='PrepareForSleep'")
 	for _, c := range []*raw{watching, other} {
 		if m := c.message(); m.Type != dbus.TypeMethodReply {
 			t.Fatalf("AddMatch: %v", m)

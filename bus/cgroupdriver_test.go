@@ -191,7 +191,7 @@ func dialGoSystemd(t *testing.T, address string) *goSystemd {
 	g.sigconn.Signal(g.signals)
 	// go-systemd ignores the answer to its AddMatch calls; a bus that
 	// refused them would leave it waiting for JobRemoved in vain.
-	must(t, g.sigconn.BusObject().Call(busName+".AddMatch", 0, "type='signal', interface='org.freedesktop.systemd1.Manager', member='JobRemoved'").Err)
+	must(t, g.sigconn.BusObject().Call(service.BusName+".AddMatch", 0, "type='signal', interface='org.freedesktop.systemd1.Manager', member='JobRemoved'").Err)
 	return g
 }
 
@@ -200,8 +200,8 @@ func (g *goSystemd) sysobj() dbus.BusObject { return g.sysconn.Object(systemdNam
 // subscribe is go-systemd's Subscribe.
 func (g *goSystemd) subscribe() {
 	g.t.Helper()
-	must(g.t, g.sigconn.BusObject().Call(busName+".AddMatch", 0, "type='signal',interface='org.freedesktop.systemd1.Manager',member='UnitNew'").Err)
-	must(g.t, g.sigconn.BusObject().Call(busName+".AddMatch", 0, "type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'").Err)
+	must(g.t, g.sigconn.BusObject().Call(service.BusName+".AddMatch", 0, "type='signal',interface='org.freedesktop.systemd1.Manager',member='UnitNew'").Err)
+	must(g.t, g.sigconn.BusObject().Call(service.BusName+".AddMatch", 0, "type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'").Err)
 	must(g.t, g.sigconn.Object(systemdName, systemdPath).Call(systemdIface+".Subscribe", 0).Err)
 }
 

@@ -19,7 +19,6 @@ const (
 	errServiceUnknown    = "org.freedesktop.DBus.Error.ServiceUnknown"
 	errMatchRuleInvalid  = "org.freedesktop.DBus.Error.MatchRuleInvalid"
 	errMatchRuleNotFound = "org.freedesktop.DBus.Error.MatchRuleNotFound"
-	errNameHasNoOwner    = "org.freedesktop.DBus.Error.NameHasNoOwner"
 	errAccessDenied      = "org.freedesktop.DBus.Error.AccessDenied"
 )
 
@@ -60,7 +59,7 @@ func (c *conn) handle(m *dbus.Message, raw []byte) error {
 	if c.name == "" {
 		// The specification: a connection's first message is Hello, or
 		// the bus disconnects it.
-		if m.Type != dbus.TypeMethodCall || in.Dest != busName || in.Member != "Hello" || (in.Iface != "" && in.Iface != busName) {
+		if m.Type != dbus.TypeMethodCall || in.Dest != service.BusName || in.Member != "Hello" || (in.Iface != "" && in.Iface != service.BusName) {
 			return fmt.Errorf("%w: %s %s.%s to %q before Hello", wire.ErrProtocol, m.Type, clientlog.Clip(in.Iface), clientlog.Clip(in.Member), clientlog.Clip(in.Dest))
 		}
 		c.hello(in)
@@ -76,7 +75,7 @@ func (c *conn) handle(m *dbus.Message, raw []byte) error {
 		klog.V(2).InfoS("Ignored a D-Bus message", "pid", c.cred.Pid, "type", m.Type.String(), "interface", clientlog.Clip(in.Iface), "member", clientlog.Clip(in.Member))
 		return nil
 	}
-	if in.Dest == busName {
+	if in.Dest == service.BusName {
 		c.busMethod(in)
 		return nil
 	}
@@ -93,7 +92,7 @@ func (c *conn) handle(m *dbus.Message, raw []byte) error {
 	// between its own clients, and a unique name with its prefix is never
 	// one of the system bus's.
 	if strings.HasPrefix(in.Dest, localPrefix) {
-		in.Fail(busName, &service.Error{Name: errServiceUnknown, Text: fmt.Sprintf("The name %s was not provided by any .service files", in.Dest)})
+		in.Fail(service.BusName, &service.Error{Name: errServiceUnknown, Text: fmt.Sprintf("The name %s was not provided by any .service files", in.Dest)})
 	} else {
 		c.forwardOrFail(in)
 	}

@@ -15,12 +15,6 @@ import (
 // The bus's driver: what it answers as org.freedesktop.DBus, the bus
 // itself (Hello, names, match rules, questions about a connection).
 
-// The bus's own name and object.
-const (
-	busName = "org.freedesktop.DBus"
-	busPath = dbus.ObjectPath("/org/freedesktop/DBus")
-)
-
 // localPrefix begins every unique name of this bus. dbus-daemon and
 // dbus-broker name their connections ":1.N" (digits alone), and a
 // unique name's elements may hold letters, so a name of this bus can
@@ -43,8 +37,8 @@ func (c *conn) hello(in *call) {
 	c.mu.Lock()
 	c.name = name
 	c.mu.Unlock()
-	in.Reply(busName, name)
-	acquired := wire.NewSignal(busName, busPath, busName, "NameAcquired", name)
+	in.Reply(service.BusName, name)
+	acquired := wire.NewSignal(service.BusName, service.BusPath, service.BusName, "NameAcquired", name)
 	acquired.Headers[dbus.FieldDestination] = dbus.MakeVariant(name)
 	c.send(acquired)
 }
@@ -52,25 +46,25 @@ func (c *conn) hello(in *call) {
 // busMethod answers the bus's own interface: Hello, AddMatch, RemoveMatch.
 // A client of this bus needs no other; the rest is answered UnknownMethod.
 func (c *conn) busMethod(in *call) {
-	if in.Standard(busName, busObjects) {
+	if in.Standard(service.BusName, busObjects) {
 		return
 	}
-	if in.Iface != "" && in.Iface != busName {
-		in.Fail(busName, in.UnknownMethod())
+	if in.Iface != "" && in.Iface != service.BusName {
+		in.Fail(service.BusName, in.UnknownMethod())
 		return
 	}
 	switch in.Member {
 	case "Hello":
-		in.Fail(busName, &service.Error{Name: service.Failed, Text: "Already handled an Hello message"})
+		in.Fail(service.BusName, &service.Error{Name: service.Failed, Text: "Already handled an Hello message"})
 	case "AddMatch", "RemoveMatch":
 		if e := in.WantSignature("s"); e != nil {
-			in.Fail(busName, e)
+			in.Fail(service.BusName, e)
 			return
 		}
 		text, _ := in.Msg.Body[0].(string)
 		rule, err := parseMatchRule(text)
 		if err != nil {
-			in.Fail(busName, &service.Error{Name: errMatchRuleInvalid, Text: "Invalid match rule: " + err.Error()})
+			in.Fail(service.BusName, &service.Error{Name: errMatchRuleInvalid, Text: "Invalid match rule: " + err.Error()})
 			return
 		}
 		// A rule the system bus should hold too is answered by it, once
@@ -89,7 +83,7 @@ func (c *conn) busMethod(in *call) {
 	default:
 		if !c.nameMethod(in) && !c.connectionMethod(in, c.passesThrough()) &&
 			!(upstreamBusMethods[in.Member] && c.passesThrough() && c.forward(in, upstream.Plain)) {
-			in.Fail(busName, in.UnknownMethod())
+			in.Fail(service.BusName, in.UnknownMethod())
 		}
 	}
 }
@@ -103,11 +97,11 @@ func (c *conn) addMatch(in *call, rule matchRule, reply bool) bool {
 	}
 	c.mu.Unlock()
 	if full {
-		in.Fail(busName, &service.Error{Name: service.LimitsExceeded, Text: fmt.Sprintf("Connection has %d match rules, the most it may have", maxRules)})
+		in.Fail(service.BusName, &service.Error{Name: service.LimitsExceeded, Text: fmt.Sprintf("Connection has %d match rules, the most it may have", maxRules)})
 		return false
 	}
 	if reply {
-		in.Reply(busName)
+		in.Reply(service.BusName)
 	}
 	return true
 }
@@ -124,7 +118,7 @@ func (c *conn) addMatch(in *call, rule matchRule, reply bool) bool {
 func (c *conn) matchUp(in *call, rule matchRule, add bool) {
 	up := c.upstreamConn()
 	if up == nil {
-		in.Reply(busName)
+		in.Reply(service.BusName)
 		return
 	}
 	serial := in.Msg.Serial()
@@ -150,7 +144,7 @@ func (c *conn) matchUp(in *call, rule matchRule, add bool) {
 		c.rules = append(c.rules, rule)
 	}
 	c.mu.Unlock()
-	in.Fail(busName, e)
+	in.Fail(service.BusName, e)
 }
 
 // refusedUpstream undoes, when data is the system bus's error for an
@@ -202,11 +196,11 @@ func (c *conn) removeMatch(in *call, rule matchRule, reply bool) bool {
 	}
 	c.mu.Unlock()
 	if !found {
-		in.Fail(busName, &service.Error{Name: errMatchRuleNotFound, Text: "The given match rule wasn't found and can't be removed"})
+		in.Fail(service.BusName, &service.Error{Name: errMatchRuleNotFound, Text: "The given match rule wasn't found and can't be removed"})
 		return false
 	}
 	if reply {
-		in.Reply(busName)
+		in.Reply(service.BusName)
 	}
 	return true
 }
@@ -223,7 +217,7 @@ func (c *conn) connectionMethod(in *call, upstream bool) bool {
 		return false
 	}
 	if in.Sig != "s" {
-		in.Fail(busName, in.WantSignature("s"))
+		in.Fail(service.BusName, in.WantSignature("s"))
 		return true
 	}
 	name, _ := in.Msg.Body[0].(string)
@@ -232,18 +226,18 @@ func (c *conn) connectionMethod(in *call, upstream bool) bool {
 		return false
 	}
 	if !ok {
-		in.Fail(busName, &service.Error{Name: errNameHasNoOwner, Text: fmt.Sprintf("Could not get the owner of name '%s': no such name", name)})
+		in.Fail(service.BusName, &service.Error{Name: service.NameHasNoOwner, Text: fmt.Sprintf("Could not get the owner of name '%s': no such name", name)})
 		return true
 	}
 	switch in.Member {
 	case "GetConnectionUnixUser":
-		in.Reply(busName, uid)
+		in.Reply(service.BusName, uid)
 	case "GetConnectionUnixProcessID":
-		in.Reply(busName, pid)
+		in.Reply(service.BusName, pid)
 	case "GetConnectionCredentials":
-		in.Reply(busName, map[string]dbus.Variant{"UnixUserID": dbus.MakeVariant(uid), "ProcessID": dbus.MakeVariant(pid)})
+		in.Reply(service.BusName, map[string]dbus.Variant{"UnixUserID": dbus.MakeVariant(uid), "ProcessID": dbus.MakeVariant(pid)})
 	case "ListQueuedOwners":
-		in.Reply(busName, []string{c.bus.localOwner(name, upstream)})
+		in.Reply(service.BusName, []string{c.bus.localOwner(name, upstream)})
 	}
 	return true
 }
@@ -251,33 +245,44 @@ func (c *conn) connectionMethod(in *call, upstream bool) bool {
 // nameMethod answers the bus's calls about names and itself. It reports
 // false for a call that is not one of them.
 func (c *conn) nameMethod(in *call) bool {
-	// With a system bus to pass through to, what is about its names, and
-	// the bus's own list and id, are the system bus's.
 	behind := c.passesThrough()
 	if behind {
-		name := ""
-		if len(in.Msg.Body) > 0 {
-			name, _ = in.Msg.Body[0].(string)
-		}
-		switch in.Member {
-		case "GetNameOwner", "NameHasOwner", "StartServiceByName", "RequestName", "ReleaseName":
-			if c.bus.localOwner(name, true) == "" && c.forward(in, upstream.Plain) {
-				return true
-			}
-		case "ListNames":
-			if c.forward(in, upstream.ListNames) {
-				return true
-			}
-		case "ListActivatableNames", "GetId":
-			if c.forward(in, upstream.Plain) {
-				return true
-			}
+		if c.forwardNameMethod(in) {
+			return true
 		}
 		behind = c.passesThrough()
 	}
+	return c.localNameMethod(in, behind)
+}
+
+// forwardNameMethod passes a call about names or the bus itself up to
+// the system bus behind this one: with a system bus to pass through to,
+// what is about its names, and the bus's own list and id, are the system
+// bus's. It reports false for a call that stays here (about a name of
+// this bus) or that could not go up.
+func (c *conn) forwardNameMethod(in *call) bool {
+	name := ""
+	if len(in.Msg.Body) > 0 {
+		name, _ = in.Msg.Body[0].(string)
+	}
+	switch in.Member {
+	case "GetNameOwner", "NameHasOwner", "StartServiceByName", "RequestName", "ReleaseName":
+		return c.bus.localOwner(name, true) == "" && c.forward(in, upstream.Plain)
+	case "ListNames":
+		return c.forward(in, upstream.ListNames)
+	case "ListActivatableNames", "GetId":
+		return c.forward(in, upstream.Plain)
+	}
+	return false
+}
+
+// localNameMethod answers a call about names and the bus itself here;
+// behind says whether a system bus is behind this one. It reports false
+// for a call that is not one of them.
+func (c *conn) localNameMethod(in *call, behind bool) bool {
 	one := func() (string, bool) {
 		if e := in.WantSignature("s"); e != nil {
-			in.Fail(busName, e)
+			in.Fail(service.BusName, e)
 			return "", false
 		}
 		s, _ := in.Msg.Body[0].(string)
@@ -287,50 +292,50 @@ func (c *conn) nameMethod(in *call) bool {
 	case "GetNameOwner":
 		if name, ok := one(); ok {
 			if owner := c.bus.localOwner(name, behind); owner != "" {
-				in.Reply(busName, owner)
+				in.Reply(service.BusName, owner)
 			} else {
-				in.Fail(busName, &service.Error{Name: errNameHasNoOwner, Text: fmt.Sprintf("Could not get owner of name '%s': no such name", name)})
+				in.Fail(service.BusName, &service.Error{Name: service.NameHasNoOwner, Text: fmt.Sprintf("Could not get owner of name '%s': no such name", name)})
 			}
 		}
 	case "NameHasOwner":
 		if name, ok := one(); ok {
-			in.Reply(busName, c.bus.localOwner(name, behind) != "")
+			in.Reply(service.BusName, c.bus.localOwner(name, behind) != "")
 		}
 	case "ListNames":
-		in.Reply(busName, c.bus.localNames(behind))
+		in.Reply(service.BusName, c.bus.localNames(behind))
 	case "StartServiceByName":
 		if e := in.WantSignature("su"); e != nil {
-			in.Fail(busName, e)
+			in.Fail(service.BusName, e)
 			return true
 		}
 		name, _ := in.Msg.Body[0].(string)
 		if c.bus.localOwner(name, behind) != "" {
-			in.Reply(busName, startReplyAlreadyRunning)
+			in.Reply(service.BusName, startReplyAlreadyRunning)
 		} else {
-			in.Fail(busName, &service.Error{Name: errServiceUnknown, Text: fmt.Sprintf("The name %s was not provided by any .service files", name)})
+			in.Fail(service.BusName, &service.Error{Name: errServiceUnknown, Text: fmt.Sprintf("The name %s was not provided by any .service files", name)})
 		}
 	case "ListActivatableNames":
-		in.Reply(busName, []string{busName})
+		in.Reply(service.BusName, []string{service.BusName})
 	case "GetId":
-		in.Reply(busName, c.bus.guid)
+		in.Reply(service.BusName, c.bus.guid)
 	case "RequestName":
 		if e := in.WantSignature("su"); e != nil {
-			in.Fail(busName, e)
+			in.Fail(service.BusName, e)
 			return true
 		}
 		name, _ := in.Msg.Body[0].(string)
-		in.Fail(busName, c.refuseName(name))
+		in.Fail(service.BusName, c.refuseName(name))
 	case "ReleaseName":
 		name, ok := one()
 		if !ok {
 			return true
 		}
 		if e := c.invalidName(name); e != nil {
-			in.Fail(busName, e)
+			in.Fail(service.BusName, e)
 		} else if c.bus.localOwner(name, behind) != "" {
-			in.Reply(busName, releaseNameNotOwner)
+			in.Reply(service.BusName, releaseNameNotOwner)
 		} else {
-			in.Reply(busName, releaseNameNonExistent)
+			in.Reply(service.BusName, releaseNameNonExistent)
 		}
 	default:
 		return false
@@ -354,7 +359,7 @@ func (c *conn) invalidName(name string) *service.Error {
 	switch {
 	case strings.HasPrefix(name, ":"):
 		return &service.Error{Name: service.InvalidArgs, Text: fmt.Sprintf("Cannot acquire a service starting with ':' such as %q", name)}
-	case name == busName:
+	case name == service.BusName:
 		return &service.Error{Name: service.InvalidArgs, Text: fmt.Sprintf("Connection %q is not allowed to own the service %q because it is reserved for D-Bus' use only", c.name, name)}
 	case !validBusName(name):
 		return &service.Error{Name: service.InvalidArgs, Text: fmt.Sprintf("Requested bus name %q is not valid", strings.ToValidUTF8(name, "\uFFFD"))}

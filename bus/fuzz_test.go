@@ -36,10 +36,10 @@ func FuzzConnection(f *testing.F) {
 	f.Add([]byte(sdbus + kubeletCalls(f)))
 	f.Add([]byte(sdbus + kubeletCalls(f)[:100]))
 	f.Add([]byte(sdbus + string(encodeCall(f, 1, logindName, logindPath, managerIface, "Inhibit", "shutdown", "a", "b", "delay"))))
-	huge := encodeCall(f, 1, busName, busPath, busName, "Hello", "abcd")
+	huge := encodeCall(f, 1, service.BusName, service.BusPath, service.BusName, "Hello", "abcd")
 	binary.LittleEndian.PutUint32(huge[len(huge)-9:], 3<<30)
 	f.Add(append([]byte(sdbus), huge...))
-	bigEndian := encodeCall(f, 1, busName, busPath, busName, "Hello")
+	bigEndian := encodeCall(f, 1, service.BusName, service.BusPath, service.BusName, "Hello")
 	bigEndian[0] = 'B'
 	f.Add(append([]byte(sdbus), bigEndian...))
 
@@ -73,12 +73,12 @@ func FuzzConnection(f *testing.F) {
 func kubeletCalls(t testing.TB) string {
 	var s []byte
 	for _, m := range [][]byte{
-		encodeCall(t, 1, busName, busPath, busName, "Hello"),
+		encodeCall(t, 1, service.BusName, service.BusPath, service.BusName, "Hello"),
 		encodeCall(t, 2, logindName, logindPath, service.PropertiesIface, "Get", managerIface, "InhibitDelayMaxUSec"),
 		encodeCall(t, 3, "org.freedesktop.systemd1", "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", "KillUnit", "systemd-logind.service", "all", int32(1)),
 		encodeCall(t, 4, logindName, logindPath, managerIface, "Inhibit", "shutdown", "kubelet", "Kubelet needs time to handle node shutdown", "delay"),
-		encodeCall(t, 5, busName, busPath, busName, "AddMatch", "type='signal',interface='org.freedesktop.login1.Manager',member='PrepareForShutdown',path='/org/freedesktop/login1'"),
-		encodeCall(t, 6, busName, busPath, busName, "RemoveMatch", "type='signal',interface='org.freedesktop.login1.Manager',member='PrepareForShutdown',path='/org/freedesktop/login1'"),
+		encodeCall(t, 5, service.BusName, service.BusPath, service.BusName, "AddMatch", "type='signal',interface='org.freedesktop.login1.Manager',member='PrepareForShutdown',path='/org/freedesktop/login1'"),
+		encodeCall(t, 6, service.BusName, service.BusPath, service.BusName, "RemoveMatch", "type='signal',interface='org.freedesktop.login1.Manager',member='PrepareForShutdown',path='/org/freedesktop/login1'"),
 		encodeCall(t, 7, logindName, logindPath, managerIface, "PowerOff", false),
 	} {
 		s = append(s, m...)

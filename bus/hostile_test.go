@@ -191,7 +191,7 @@ func TestWhatAClientCanMakeNodeinitLogIsBounded(t *testing.T) {
 	c.hello()
 	huge := "type='" + strings.Repeat("x", 60<<10) + "'" // 60 KB of an unknown type, quoted in the error
 	for i := range 100 {
-		c.call(uint32(i+2), busName, busPath, busName, "AddMatch", huge)
+		c.call(uint32(i+2), service.BusName, service.BusPath, service.BusName, "AddMatch", huge)
 		m := c.message()
 		text, _ := m.Body[0].(string)
 		if m.Type != dbus.TypeError || wire.Header(m, dbus.FieldErrorName) != errMatchRuleInvalid || len(text) > clientlog.MaxErrorText+32 {

@@ -6,6 +6,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/nodeinit/nodeinit/bus/internal/wire"
+	"github.com/nodeinit/nodeinit/bus/service"
 )
 
 func TestParseMatchRuleUnquotesAsTheSpecificationSays(t *testing.T) {
@@ -124,7 +125,7 @@ func TestMatchRuleMatchesPrepareForShutdown(t *testing.T) {
 }
 
 func TestMatchRuleArguments(t *testing.T) {
-	sig := wire.NewSignal(busName, busPath, busName, "NameOwnerChanged", "com.example.backend1.foo", dbus.ObjectPath("/aa/bb/cc"), "")
+	sig := wire.NewSignal(service.BusName, service.BusPath, service.BusName, "NameOwnerChanged", "com.example.backend1.foo", dbus.ObjectPath("/aa/bb/cc"), "")
 	for _, tc := range []struct {
 		rule string
 		want bool
@@ -143,7 +144,7 @@ func TestMatchRuleArguments(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", tc.rule, err)
 		}
-		if got := r.matches(sig, []string{busName}); got != tc.want {
+		if got := r.matches(sig, []string{service.BusName}); got != tc.want {
 			t.Errorf("%q: %v, want %v", tc.rule, got, tc.want)
 		}
 	}

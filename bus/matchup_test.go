@@ -41,7 +41,7 @@ func TestARuleTheSystemBusRefusesIsNotKeptHere(t *testing.T) {
 	// An interface name that this bus's parser takes (as any string) and
 	// dbus-daemon refuses as invalid.
 	for i := range maxRules {
-		err := conn.BusObject().Call(busName+".AddMatch", 0, "type='signal',interface='not an interface'").Err
+		err := conn.BusObject().Call(service.BusName+".AddMatch", 0, "type='signal',interface='not an interface'").Err
 		if name := dbusErrorName(err); name != errMatchRuleInvalid {
 			t.Fatalf("AddMatch %d of a rule the system bus refuses: %v, want %s", i, err, errMatchRuleInvalid)
 		}
@@ -79,7 +79,7 @@ func TestARuleThatCannotGoUpIsNotKeptHere(t *testing.T) {
 			chunk = append(chunk, encodeCall(t, serial, "org.example.Echo", "/org/example/Echo", "org.example.Echo", "Echo", "x")...)
 		}
 		serial++
-		chunk = append(chunk, encodeCall(t, serial, busName, busPath, busName, "GetId")...)
+		chunk = append(chunk, encodeCall(t, serial, service.BusName, service.BusPath, service.BusName, "GetId")...)
 		c.send(string(chunk))
 		for {
 			m := c.message()
@@ -95,7 +95,7 @@ func TestARuleThatCannotGoUpIsNotKeptHere(t *testing.T) {
 		t.Fatal("no call was refused for the calls waiting: the limit was not reached")
 	}
 	serial++
-	c.call(serial, busName, busPath, busName, "AddMatch", "type='signal',interface='org.example.Echo'")
+	c.call(serial, service.BusName, service.BusPath, service.BusName, "AddMatch", "type='signal',interface='org.example.Echo'")
 	if m := c.replyTo(serial); m.Type != dbus.TypeError || wire.Header(m, dbus.FieldErrorName) != service.LimitsExceeded {
 		t.Fatalf("AddMatch behind the waiting calls: %v, want %s", m, service.LimitsExceeded)
 	}
@@ -145,7 +145,7 @@ func silentSystemBus(t *testing.T) string {
 		if err != nil {
 			return
 		}
-		reply, _, err := wire.Encode(wire.WithBody(wire.NewReply(hello, busName, ":1.1"), ":1.1"), 1)
+		reply, _, err := wire.Encode(wire.WithBody(wire.NewReply(hello, service.BusName, ":1.1"), ":1.1"), 1)
 		if err != nil {
 			return
 		}
@@ -160,7 +160,7 @@ func silentSystemBus(t *testing.T) string {
 				return
 			}
 			if wire.Header(m, dbus.FieldMember) == "GetId" {
-				id, _, _ := wire.Encode(wire.WithBody(wire.NewReply(m, busName, ":1.1"), "0123456789abcdef0123456789abcdef"), serial)
+				id, _, _ := wire.Encode(wire.WithBody(wire.NewReply(m, service.BusName, ":1.1"), "0123456789abcdef0123456789abcdef"), serial)
 				nc.Write(id)
 			}
 		}

@@ -30,47 +30,47 @@ func TestTheBusAnswersWhatClientsAskFirst(t *testing.T) {
 	var ok bool
 	var names []string
 
-	for name, want := range map[string]string{logindName: logindOwner, systemdName: logindOwner, logindOwner: logindOwner, busName: busName, me: me} {
-		if err := bus.Call(busName+".GetNameOwner", 0, name).Store(&s); err != nil || s != want {
+	for name, want := range map[string]string{logindName: logindOwner, systemdName: logindOwner, logindOwner: logindOwner, service.BusName: service.BusName, me: me} {
+		if err := bus.Call(service.BusName+".GetNameOwner", 0, name).Store(&s); err != nil || s != want {
 			t.Errorf("GetNameOwner(%s) = %q, %v; want %s", name, s, err, want)
 		}
-		if err := bus.Call(busName+".NameHasOwner", 0, name).Store(&ok); err != nil || !ok {
+		if err := bus.Call(service.BusName+".NameHasOwner", 0, name).Store(&ok); err != nil || !ok {
 			t.Errorf("NameHasOwner(%s) = %v, %v", name, ok, err)
 		}
 	}
-	if err := bus.Call(busName+".GetNameOwner", 0, "org.example.Nobody").Err; dbusErrorName(err) != errNameHasNoOwner {
+	if err := bus.Call(service.BusName+".GetNameOwner", 0, "org.example.Nobody").Err; dbusErrorName(err) != service.NameHasNoOwner {
 		t.Errorf("GetNameOwner of nobody's name: %v", err)
 	}
-	if err := bus.Call(busName+".NameHasOwner", 0, ":1.999").Store(&ok); err != nil || ok {
+	if err := bus.Call(service.BusName+".NameHasOwner", 0, ":1.999").Store(&ok); err != nil || ok {
 		t.Errorf("NameHasOwner(:1.999) = %v, %v", ok, err)
 	}
 	var pid uint32
 	for _, name := range []string{me, logindName} {
-		if err := bus.Call(busName+".GetConnectionUnixProcessID", 0, name).Store(&pid); err != nil || int(pid) != os.Getpid() {
+		if err := bus.Call(service.BusName+".GetConnectionUnixProcessID", 0, name).Store(&pid); err != nil || int(pid) != os.Getpid() {
 			t.Errorf("GetConnectionUnixProcessID(%s) = %d, %v; want %d", name, pid, err, os.Getpid())
 		}
 	}
-	if err := bus.Call(busName+".GetConnectionUnixUser", 0, ":1.999").Err; dbusErrorName(err) != errNameHasNoOwner {
+	if err := bus.Call(service.BusName+".GetConnectionUnixUser", 0, ":1.999").Err; dbusErrorName(err) != service.NameHasNoOwner {
 		t.Errorf("GetConnectionUnixUser of nobody's name: %v", err)
 	}
-	if err := bus.Call(busName+".ListNames", 0).Store(&names); err != nil ||
-		!slices.Equal(names, []string{busName, logindName, systemdName, logindOwner, me}) {
+	if err := bus.Call(service.BusName+".ListNames", 0).Store(&names); err != nil ||
+		!slices.Equal(names, []string{service.BusName, logindName, systemdName, logindOwner, me}) {
 		t.Errorf("ListNames = %q, %v", names, err)
 	}
-	if err := bus.Call(busName+".GetId", 0).Store(&s); err != nil || len(s) != 32 || s != b.guid {
+	if err := bus.Call(service.BusName+".GetId", 0).Store(&s); err != nil || len(s) != 32 || s != b.guid {
 		t.Errorf("GetId = %q, %v; want the GUID the handshake gave", s, err)
 	} else if _, err := hex.DecodeString(s); err != nil {
 		t.Errorf("GetId = %q: %v", s, err)
 	}
 	for name, want := range map[string]string{"org.example.Mine": errAccessDenied, logindName: errAccessDenied,
-		":1.5": service.InvalidArgs, busName: service.InvalidArgs, "nodots": service.InvalidArgs} {
-		if err := bus.Call(busName+".RequestName", 0, name, uint32(0)).Err; dbusErrorName(err) != want {
+		":1.5": service.InvalidArgs, service.BusName: service.InvalidArgs, "nodots": service.InvalidArgs} {
+		if err := bus.Call(service.BusName+".RequestName", 0, name, uint32(0)).Err; dbusErrorName(err) != want {
 			t.Errorf("RequestName(%s): %v, want %s", name, err, want)
 		}
 	}
 	var released uint32
 	for name, want := range map[string]uint32{logindName: releaseNameNotOwner, "org.example.Nobody": releaseNameNonExistent} {
-		if err := bus.Call(busName+".ReleaseName", 0, name).Store(&released); err != nil || released != want {
+		if err := bus.Call(service.BusName+".ReleaseName", 0, name).Store(&released); err != nil || released != want {
 			t.Errorf("ReleaseName(%s) = %d, %v; want %d", name, released, err, want)
 		}
 	}
@@ -92,7 +92,7 @@ func TestTheBusAnswersWhatClientsAskFirst(t *testing.T) {
 		{conn.Object(logindName, "/org/freedesktop"), `<node name="login1"/>`},
 		{login1, `<signal name="PrepareForShutdown">`},
 		{login1, `<property name="InhibitDelayMaxUSec" type="t" access="read"/>`},
-		{conn.Object(busName, busPath), `<method name="GetNameOwner">`},
+		{conn.Object(service.BusName, service.BusPath), `<method name="GetNameOwner">`},
 	} {
 		if err := tc.obj.Call(service.IntrospectableIface+".Introspect", 0).Store(&s); err != nil || !strings.Contains(s, tc.want) {
 			t.Errorf("Introspect %s: %v, %s; want %s", tc.obj.Path(), err, s, tc.want)
@@ -211,7 +211,7 @@ func TestGDBusCallsIntrospectsAndMonitors(t *testing.T) {
 		!strings.Contains(out, "readonly t InhibitDelayMaxUSec = 90000000;") {
 		t.Errorf("gdbus introspect:\n%s", out)
 	}
-	if out := run("call", "--system", "--dest", busName, "--object-path", string(busPath), "--method", busName+".GetNameOwner", logindName); out != "('"+logindOwner+"',)\n" {
+	if out := run("call", "--system", "--dest", service.BusName, "--object-path", string(service.BusPath), "--method", service.BusName+".GetNameOwner", logindName); out != "('"+logindOwner+"',)\n" {
 		t.Errorf("gdbus call GetNameOwner: %q", out)
 	}
 	// gdbus monitor prints the owner, then adds its rule for the owner's

@@ -132,7 +132,7 @@ func (c *conn) forward(in *call, kind upstream.Kind) bool {
 	fds := in.fds
 	in.fds = nil
 	if e := up.Send(in.Msg.Serial(), in.raw, fds, kind); e != nil {
-		in.Fail(busName, e)
+		in.Fail(service.BusName, e)
 	}
 	return true
 }
@@ -143,7 +143,7 @@ func (c *conn) forwardOrFail(in *call) {
 	if c.forward(in, upstream.Plain) {
 		return
 	}
-	in.Fail(busName, &service.Error{Name: errServiceUnknown, Text: fmt.Sprintf("The name %s was not provided by any .service files", in.Dest)})
+	in.Fail(service.BusName, &service.Error{Name: errServiceUnknown, Text: fmt.Sprintf("The name %s was not provided by any .service files", in.Dest)})
 }
 
 // matchGoesUp reports whether the client's AddMatch or RemoveMatch goes
@@ -183,7 +183,7 @@ func (b *Bus) upstreamMayMatch(r matchRule) bool {
 			return false
 		}
 	}
-	if a, ok := r["arg0"]; ok && r["sender"] == busName && b.localName(a) {
+	if a, ok := r["arg0"]; ok && r["sender"] == service.BusName && b.localName(a) {
 		return false
 	}
 	return true

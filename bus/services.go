@@ -61,8 +61,8 @@ func (b *Bus) serviceOf(dest string) *local {
 // localOwner is the unique name that owns name on this bus, "" if none:
 // the bus itself, a service, or a connection that has said Hello.
 func (b *Bus) localOwner(name string, upstream bool) string {
-	if name == busName {
-		return busName
+	if name == service.BusName {
+		return service.BusName
 	}
 	for _, l := range b.services {
 		if l.owns(name, upstream) {
@@ -95,7 +95,7 @@ func (b *Bus) connNamed(name string) *conn {
 // unique name. ok is false for a name this bus does not have.
 func (b *Bus) localCred(name string, upstream bool) (uid, pid uint32, ok bool) {
 	owner := b.localOwner(name, upstream)
-	if owner == busName || owner != "" && b.serviceOf(owner) != nil {
+	if owner == service.BusName || owner != "" && b.serviceOf(owner) != nil {
 		return uint32(os.Getuid()), uint32(os.Getpid()), true
 	}
 	if c := b.connNamed(owner); c != nil {
@@ -108,7 +108,7 @@ func (b *Bus) localCred(name string, upstream bool) (uid, pid uint32, ok bool) {
 // bus's, the services' (their Shared names only without a system bus)
 // and the connections'.
 func (b *Bus) localNames(upstream bool) []string {
-	names := []string{busName}
+	names := []string{service.BusName}
 	for _, l := range b.services {
 		names = append(names, l.names.Own...)
 		if !upstream {

@@ -54,6 +54,9 @@ func (echo) Swap(w dbus.UnixFD) (dbus.UnixFD, *dbus.Error) {
 	return dbus.UnixFD(p[0]), nil
 }
 
+// Sender answers with the caller's unique name on the system bus.
+func (echo) Sender(sender dbus.Sender) (string, *dbus.Error) { return string(sender), nil }
+
 // Big answers with n bytes.
 func (echo) Big(n uint32) (string, *dbus.Error) { return strings.Repeat("x", int(n)), nil }
 
@@ -98,7 +101,7 @@ func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 	b := listen(t, testOptions{InhibitDelayMax: 90 * time.Second, Upstream: address})
 	conn := connect(t, b)
 	var names []string
-	if err := conn.BusObject().Call(busName+".ListNames", 0).Store(&names); err != nil {
+	if err := conn.BusObject().Call(service.BusName+".ListNames", 0).Store(&names); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"org.example.Echo", echo.Names()[0], logindName, logindOwner} {
@@ -107,26 +110,26 @@ func TestCallsForTheSystemBusPassThrough(t *testing.T) {
 		}
 	}
 	var id, directID, owner string
-	must(t, conn.BusObject().Call(busName+".GetId", 0).Store(&id))
-	must(t, direct.BusObject().Call(busName+".GetId", 0).Store(&directID))
+	must(t, conn.BusObject().Call(service.BusName+".GetId", 0).Store(&id))
+	must(t, direct.BusObject().Call(service.BusName+".GetId", 0).Store(&directID))
 	if id != directID {
 		t.Errorf("GetId = %s, the system bus's is %s", id, directID)
 	}
-	must(t, conn.BusObject().Call(busName+".GetNameOwner", 0, "org.example.Echo").Store(&owner))
+	must(t, conn.BusObject().Call(service.BusName+".GetNameOwner", 0, "org.example.Echo").Store(&owner))
 	if owner != echo.Names()[0] {
 		t.Errorf("GetNameOwner(org.example.Echo) = %s, want %s", owner, echo.Names()[0])
 	}
-	must(t, conn.BusObject().Call(busName+".GetNameOwner", 0, logindName).Store(&owner))
+	must(t, conn.BusObject().Call(service.BusName+".GetNameOwner", 0, logindName).Store(&owner))
 	if owner != logindOwner {
 		t.Errorf("GetNameOwner(login1) = %s, want %s", owner, logindOwner)
 	}
 
 	var uid uint32
-	if err := conn.BusObject().Call(busName+".GetConnectionUnixUser", 0, echo.Names()[0]).Store(&uid); err != nil || int(uid) != os.Getuid() {
+	if err := conn.BusObject().Call(service.BusName+".GetConnectionUnixUser", 0, echo.Names()[0]).Store(&uid); err != nil || int(uid) != os.Getuid() {
 		t.Errorf("GetConnectionUnixUser of the service = %d, %v", uid, err)
 	}
 	// What would change the system bus is not passed on as nodeinit's.
-	if err := conn.BusObject().Call(busName+".UpdateActivationEnvironment", 0, map[string]string{"X": "1"}).Err; dbusErrorName(err) != service.UnknownMethod {
+	if err := conn.BusObject().Call(service.BusName+".UpdateActivationEnvironment", 0, map[string]string{"X": "1"}).Err; dbusErrorName(err) != service.UnknownMethod {
 		t.Errorf("UpdateActivationEnvironment: %v, want %s", err, service.UnknownMethod)
 	}
 
@@ -272,7 +275,7 @@ func neighbourSignal(t *testing.T, conn *dbus.Conn, dest string, iface, member s
 // driver keeps one) goes on working, and gets none of them.
 func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
 	logs := testenv.CaptureLog(t)
-	address, _ := systemBus(t)
+	address, stopSystemBus := systemBus(t)
 	serveEcho(t, address)
 	b := listen(t, testOptions{Upstream: address})
 	client := connect(t, b)
@@ -287,7 +290,7 @@ func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
 	must(t, err)
 	defer neighbour.Close()
 	var names []string
-	must(t, neighbour.BusObject().Call(busName+".ListNames", 0).Store(&names))
+	must(t, neighbour.BusObject().Call(service.BusName+".ListNames", 0).Store(&names))
 	huge := strings.Repeat("x", 300<<10)
 	sent := 0
 	for _, name := range names {
@@ -300,7 +303,7 @@ func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
 	}
 	// A round trip to the bus: it has passed the signals on before it
 	// answers.
-	must(t, neighbour.BusObject().Call(busName+".GetId", 0).Store(&s))
+	must(t, neighbour.BusObject().Call(service.BusName+".GetId", 0).Store(&s))
 
 	for i := range 3 {
 		if err := echo.Call("org.example.Echo.Echo", 0, "after").Store(&s); err != nil || s != "echo after" {
@@ -317,31 +320,24 @@ func TestANeighboursSignalsDoNotEndThePassThrough(t *testing.T) {
 			switch {
 			case sig.Name == "org.example.Echo.Pinged":
 				pinged = true
-			case sig.Sender != busName:
+			case sig.Sender != service.BusName:
 				t.Errorf("the client got %s from %s", sig.Name, sig.Sender)
 			}
 		case <-deadline:
 			t.Fatal("no Pinged within 10s")
 		}
 	}
-	// Each unique name got two signals, the pass-through's among them.
-	var count int
-	b.mu.Lock()
-	for c := range b.conns {
-		c.px.mu.Lock()
-		if up := c.px.up; up != nil {
-			count += up.Dropped()
-		}
-		c.px.mu.Unlock()
-	}
-	b.mu.Unlock()
-	if count != 2 {
-		t.Errorf("the pass-through dropped %d messages, want the neighbour's 2", count)
-	}
 	dropped := logs.Lines("Dropped a message from the system bus")
 	t.Logf("the neighbour sent its signals to %d unique names; %d lines at Info for the drops", sent, len(dropped))
 	if len(dropped) != 1 || !strings.Contains(dropped[0], "larger than") {
 		t.Errorf("log of the drops: %q", dropped)
+	}
+	// Each unique name got two signals, the pass-through's among them:
+	// its end, when the system bus goes away, counts them.
+	stopSystemBus()
+	logs.WaitFor(t, "The pass-through to the system bus ended")
+	if ended := logs.Lines("The pass-through to the system bus ended"); len(ended) != 1 || !strings.Contains(ended[0], " dropped=2 ") {
+		t.Errorf("the pass-through's end, with the messages it dropped (the neighbour's 2): %q", ended)
 	}
 }
 
@@ -468,27 +464,18 @@ func TestSdBusCallsThroughThePassThrough(t *testing.T) {
 	if out := run("call", "org.example.Echo", "/org/example/Echo", "org.example.Echo", "Echo", "s", "hi"); out != "s \"echo hi\"\n" {
 		t.Errorf("busctl call: %q", out)
 	}
-	if out := run("call", busName, string(busPath), busName, "GetNameOwner", "s", logindName); out != "s \""+logindOwner+"\"\n" {
+	if out := run("call", service.BusName, string(service.BusPath), service.BusName, "GetNameOwner", "s", logindName); out != "s \""+logindOwner+"\"\n" {
 		t.Errorf("busctl GetNameOwner(login1): %q", out)
 	}
 }
 
-// upstreamName is the unique name on the system bus of the pass-through
-// of b's one connection that has one.
-func upstreamName(t *testing.T, b *Bus) string {
+// upstreamName is the unique name on the system bus of client's
+// pass-through, as the echo service there sees its caller.
+func upstreamName(t *testing.T, client *dbus.Conn) string {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for c := range b.conns {
-		c.px.mu.Lock()
-		up := c.px.up
-		c.px.mu.Unlock()
-		if up != nil {
-			return up.Name()
-		}
-	}
-	t.Fatal("no connection has a pass-through")
-	return ""
+	var name string
+	must(t, client.Object("org.example.Echo", "/org/example/Echo").Call("org.example.Echo.Sender", 0).Store(&name))
+	return name
 }
 
 // rawNeighbour is a connection to the system bus at address that writes
@@ -508,7 +495,7 @@ func dialRawNeighbour(t *testing.T, address string) *rawNeighbour {
 	t.Cleanup(func() { nc.Close() })
 	raw, err := nc.SyscallConn()
 	must(t, err)
-	hello := encodeCall(t, 1, busName, busPath, busName, "Hello")
+	hello := encodeCall(t, 1, service.BusName, service.BusPath, service.BusName, "Hello")
 	_, err = nc.Write(append([]byte("\x00AUTH EXTERNAL "+hexID(strconv.Itoa(os.Getuid()))+"\r\nNEGOTIATE_UNIX_FD\r\nBEGIN\r\n"), hello...))
 	must(t, err)
 	// The bus takes descriptors only once it has read BEGIN: wait for
@@ -549,7 +536,7 @@ func TestADroppedMessagesDescriptorsAreClosed(t *testing.T) {
 	b := listen(t, testOptions{Upstream: address})
 	client := connect(t, b)
 	must(t, client.Object("org.example.Echo", "/org/example/Echo").Call("org.example.Echo.Echo", 0, "x").Err)
-	dest := upstreamName(t, b)
+	dest := upstreamName(t, client)
 	neighbour := dialRawNeighbour(t, address)
 	for i, size := range []int{10, 300 << 10} {
 		var p [2]int

@@ -2,30 +2,20 @@ package hostlogind
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeinit/nodeinit/bus/upstream"
+	"github.com/nodeinit/nodeinit/logind"
 )
 
-// logind's names on the host's bus, and what nodeinit asks of it.
+// What nodeinit asks of the host's logind.
 const (
-	logindName   = "org.freedesktop.login1"
-	logindPath   = dbus.ObjectPath("/org/freedesktop/login1")
-	busPath      = dbus.ObjectPath("/org/freedesktop/DBus")
-	managerIface = "org.freedesktop.login1.Manager"
-	prepare      = managerIface + ".PrepareForShutdown"
-	busName      = "org.freedesktop.DBus"
-	ownerChanged = busName + ".NameOwnerChanged"
-
 	Who  = "nodeinit"
 	Why  = "drain the node's pods"
 	what = "shutdown"
@@ -136,50 +126,6 @@ func (c *Client) Close() {
 	}
 }
 
-// run keeps a connection to the host's bus, again and again while it
-// fails, until Close.
-func (c *Client) run() {
-	defer close(c.done)
-	wait := firstRetry
-	for {
-		began := time.Now()
-		err := c.session()
-		c.dropLock()
-		if c.ctx.Err() != nil {
-			return
-		}
-		if time.Since(began) > maxRetry {
-			wait = firstRetry
-		}
-		c.fail(err, wait)
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, maxRetry)
-	}
-}
-
-// fail logs why the host's shutdown cannot drain the node now: the first
-// time at Info, then at V(2).
-func (c *Client) fail(err error, retry time.Duration) {
-	c.mu.Lock()
-	first := !c.failed
-	c.failed = true
-	c.mu.Unlock()
-	msg := "No shutdown delay lock on the host's logind: the host's shutdown will not drain the node until nodeinit holds one"
-	kv := []any{"reason", err}
-	if retry > 0 {
-		kv = append(kv, "retry", retry)
-	}
-	if first {
-		klog.InfoS(msg, kv...)
-	} else {
-		klog.V(2).InfoS(msg, kv...)
-	}
-}
-
 // dropLock closes the lock held when a connection ends: with no
 // connection, nobody would hear the shutdown it delays. A lock held for a
 // shutdown under way waits for Release.
@@ -201,214 +147,6 @@ func (c *Client) closeLock(held *int) bool {
 	}
 	_ = unix.Close(fd)
 	return true
-}
-
-// wanted says which signals the connection hands over: logind's
-// PrepareForShutdown from its owner, on its path, and the bus's
-// NameOwnerChanged. The rest are dropped unread, their descriptors closed.
-func (c *Client) wanted(sender, path, iface, member string) bool {
-	switch {
-	case iface == managerIface && member == "PrepareForShutdown":
-		return path == string(logindPath) && sender != "" && sender == *c.owner.Load()
-	case iface == busName && member == "NameOwnerChanged":
-		return sender == busName
-	}
-	return false
-}
-
-// session is one connection to the host's bus: it takes the lock and
-// follows logind until the connection ends. A panic ends it.
-func (c *Client) session() (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			klog.ErrorS(fmt.Errorf("panic: %v", p), "Following the host's logind failed; connecting again", "stack", string(debug.Stack()))
-			err = fmt.Errorf("panic: %v", p)
-		}
-	}()
-	ctx := c.ctx
-	conn, err := upstream.DialCaller(c.opts.Address, c.opts.Timeout, c.wanted)
-	if err != nil {
-		return fmt.Errorf("connect to the host's system bus %s: %w", c.opts.Address, err)
-	}
-	defer func() {
-		conn.Close()
-		if n := conn.Dropped(); n > 0 {
-			klog.V(2).InfoS("Dropped messages from the host's system bus", "count", n)
-		}
-	}()
-	// The rules come first: no shutdown and no new owner falls between
-	// the lock and the watch.
-	if err := c.call(ctx, func(ctx context.Context) error {
-		if _, err := conn.Call(ctx, busName, busPath, busName, "AddMatch",
-			"type='signal',sender='"+logindName+"',path='"+string(logindPath)+"',interface='"+managerIface+"',member='PrepareForShutdown'"); err != nil {
-			return err
-		}
-		_, err := conn.Call(ctx, busName, busPath, busName, "AddMatch",
-			"type='signal',sender='"+busName+"',interface='"+busName+"',member='NameOwnerChanged',arg0='"+logindName+"'")
-		return err
-	}); err != nil {
-		return fmt.Errorf("add match rules on the host's system bus: %w", err)
-	}
-	// What fails while the bus is there (GetNameOwner, reading logind's
-	// state, the lock) is tried again after 1 s, doubling to 30 s.
-	var retry <-chan time.Time
-	wait := firstRetry
-	again := func(err error) {
-		retry = nil
-		if err == nil {
-			wait = firstRetry
-			return
-		}
-		c.fail(err, wait)
-		retry = time.After(wait)
-		wait = min(2*wait, maxRetry)
-	}
-	again(c.follow(ctx, conn, "Took a shutdown delay lock on the host's logind: the host's shutdown drains the node"))
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-conn.Done():
-			return fmt.Errorf("the connection to the host's system bus ended: %w", conn.Err())
-		case <-retry:
-			again(c.follow(ctx, conn, "Took a shutdown delay lock on the host's logind: the host's shutdown drains the node"))
-		case m := <-conn.Signals():
-			if took, err := c.handle(ctx, conn, m); took {
-				again(err)
-			}
-		}
-	}
-}
-
-// follow finds logind's owner, where it is not known, and then acts on
-// logind's state (sync). No logind on the bus is logged once; its
-// arrival (NameOwnerChanged) brings the lock.
-func (c *Client) follow(ctx context.Context, conn *upstream.Caller, msg string) error {
-	if *c.owner.Load() == "" {
-		var owner string
-		err := c.call(ctx, func(ctx context.Context) error {
-			r, err := conn.Call(ctx, busName, busPath, busName, "GetNameOwner", logindName)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			return r.Store(&owner)
-		})
-		var derr *upstream.CallError
-		if errors.As(err, &derr) && derr.Name == "org.freedesktop.DBus.Error.NameHasNoOwner" {
-			c.fail(errors.New("there is no logind on the host's system bus (no owner of "+logindName+"); the lock is taken when one comes"), 0)
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("the owner of %s on the host's bus: %w", logindName, err)
-		}
-		c.owner.Store(&owner)
-	}
-	return c.sync(ctx, conn, msg)
-}
-
-// sync reads whether the host is shutting down, and its delay, and acts
-// on what it missed while it did not follow logind (a lost connection, a
-// logind restart): a shutdown under way takes no lock, which would only
-// delay it, and is delivered; one cancelled unheard takes the lock again
-// and is delivered as cancelled; otherwise a lock is taken.
-func (c *Client) sync(ctx context.Context, conn *upstream.Caller, msg string) error {
-	var preparing bool
-	var delay time.Duration
-	if err := c.call(ctx, func(ctx context.Context) error {
-		if err := c.property(ctx, conn, "PreparingForShutdown", &preparing); err != nil {
-			return err
-		}
-		var err error
-		delay, err = c.readDelay(ctx, conn)
-		return err
-	}); err != nil {
-		return fmt.Errorf("the host's logind: %w", err)
-	}
-	c.mu.Lock()
-	c.delay = delay
-	was := c.preparing
-	c.mu.Unlock()
-	switch {
-	case preparing && was:
-		return nil // the shutdown goes on; its lock waits for Release
-	case preparing:
-		c.begin("The host is shutting down already: draining the node")
-		return nil
-	case was:
-		klog.InfoS("The host's shutdown was cancelled while nodeinit did not follow its logind")
-		return c.cancelled(ctx, conn)
-	}
-	return c.take(ctx, conn, msg, delay)
-}
-
-// property reads one of logind's Manager properties into v.
-func (c *Client) property(ctx context.Context, conn *upstream.Caller, name string, v any) error {
-	r, err := conn.Call(ctx, logindName, logindPath, "org.freedesktop.DBus.Properties", "Get", managerIface, name)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", name, err)
-	}
-	defer r.Close()
-	var variant dbus.Variant
-	if err := r.Store(&variant); err != nil {
-		return fmt.Errorf("read %s: %w", name, err)
-	}
-	if err := variant.Store(v); err != nil {
-		return fmt.Errorf("read %s: %w", name, err)
-	}
-	return nil
-}
-
-// readDelay reads the host's InhibitDelayMaxUSec.
-func (c *Client) readDelay(ctx context.Context, conn *upstream.Caller) (time.Duration, error) {
-	var usec uint64
-	if err := c.property(ctx, conn, "InhibitDelayMaxUSec", &usec); err != nil {
-		return 0, err
-	}
-	return time.Duration(min(usec, uint64(1<<63-1)/1000)) * time.Microsecond, nil
-}
-
-// handle follows one signal of logind's or about it. took says whether
-// it asked for a lock, and err why it has none.
-func (c *Client) handle(ctx context.Context, conn *upstream.Caller, m *dbus.Message) (took bool, err error) {
-	if member, _ := m.Headers[dbus.FieldMember].Value().(string); member == "NameOwnerChanged" {
-		var name, old, owner string
-		if err := dbus.Store(m.Body, &name, &old, &owner); err != nil || name != logindName {
-			return false, nil
-		}
-		c.owner.Store(&owner)
-		if owner == "" {
-			klog.InfoS("The host's logind has left the bus; its lock is kept for its return", "was", old)
-			return true, nil // nothing to ask again until it is back
-		}
-		return true, c.sync(ctx, conn, "The host's logind has a new owner: took a new shutdown delay lock there")
-	}
-	var start bool
-	if err := dbus.Store(m.Body, &start); err != nil {
-		return false, nil
-	}
-	c.mu.Lock()
-	was := c.preparing
-	c.mu.Unlock()
-	switch {
-	case start == was:
-		return false, nil // what sync has found already
-	case start:
-		// The delay as it is now: a reload of logind's configuration
-		// changes it with no signal. logind has just spoken, so it is
-		// asked briefly; the last known value stands in.
-		rctx, cancel := context.WithTimeout(ctx, min(c.opts.Timeout, time.Second))
-		if delay, err := c.readDelay(rctx, conn); err == nil {
-			c.mu.Lock()
-			c.delay = delay
-			c.mu.Unlock()
-		}
-		cancel()
-		c.begin("The host is shutting down: draining the node")
-		return false, nil
-	}
-	klog.InfoS("The host's shutdown was cancelled")
-	return true, c.cancelled(ctx, conn)
 }
 
 // begin follows the host's shutdown: the lock held becomes the one
@@ -466,7 +204,7 @@ func (c *Client) take(ctx context.Context, conn *upstream.Caller, msg string, de
 	}
 	fd := -1
 	err := c.call(ctx, func(ctx context.Context) error {
-		r, err := conn.Call(ctx, logindName, logindPath, managerIface, "Inhibit", what, Who, Why, mode)
+		r, err := conn.Call(ctx, logind.BusName, logind.ObjectPath, logind.ManagerIface, "Inhibit", what, Who, Why, mode)
 		if err != nil {
 			return fmt.Errorf("call Inhibit: %w", err)
 		}
@@ -500,11 +238,4 @@ func (c *Client) take(ctx context.Context, conn *upstream.Caller, msg string, de
 	}
 	klog.InfoS(msg, kv...)
 	return nil
-}
-
-// call runs one call within the timeout.
-func (c *Client) call(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
-	defer cancel()
-	return f(ctx)
 }

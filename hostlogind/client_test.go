@@ -9,21 +9,8 @@ import (
 
 	"github.com/nodeinit/nodeinit/bus/upstream"
 	"github.com/nodeinit/nodeinit/hostlogind"
-	"github.com/nodeinit/nodeinit/hostlogind/hostlogindtest"
+	"github.com/nodeinit/nodeinit/test/hostlogindtest"
 )
-
-// held is a condition on the stand-in's locks: n held now.
-func held(n int) func([]hostlogindtest.Lock) bool {
-	return func(locks []hostlogindtest.Lock) bool {
-		h := 0
-		for _, k := range locks {
-			if k.Released.IsZero() {
-				h++
-			}
-		}
-		return h == n
-	}
-}
 
 func shutdownEvent(t *testing.T, c *hostlogind.Client, want bool) {
 	t.Helper()
@@ -42,14 +29,14 @@ func TestTheLockIsTakenAtStart(t *testing.T) {
 	host := hostlogindtest.NewLogind(t, address, 7*time.Second)
 	c := hostlogind.Start(hostlogind.Options{Address: address})
 	defer c.Close()
-	host.WaitFor(5*time.Second, "a lock", held(1))
+	host.WaitFor(5*time.Second, "a lock", hostlogindtest.Holding(1))
 	k := host.Locks()[0]
 	if k.What != "shutdown" || k.Who != "nodeinit" || k.Why != "drain the node's pods" || k.Mode != "delay" {
 		t.Errorf("lock %+v, want shutdown/nodeinit/drain the node's pods/delay", k)
 	}
 	testDelay(t, c, 7*time.Second) // set once the reply is in, just after the stand-in counts the lock
 	c.Close()
-	host.WaitFor(5*time.Second, "the lock's release at Close", held(0))
+	host.WaitFor(5*time.Second, "the lock's release at Close", hostlogindtest.Holding(0))
 }
 
 // The host's PrepareForShutdown(true) is delivered, and the host waits for
@@ -59,7 +46,7 @@ func TestTheHostWaitsForTheLockUntilRelease(t *testing.T) {
 	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
 	c := hostlogind.Start(hostlogind.Options{Address: address})
 	defer c.Close()
-	host.WaitFor(5*time.Second, "a lock", held(1))
+	host.WaitFor(5*time.Second, "a lock", hostlogindtest.Holding(1))
 	host.PrepareForShutdown(true)
 	shutdownEvent(t, c, true)
 	time.Sleep(200 * time.Millisecond)
@@ -68,7 +55,7 @@ func TestTheHostWaitsForTheLockUntilRelease(t *testing.T) {
 	}
 	released := time.Now()
 	c.Release()
-	host.WaitFor(5*time.Second, "the release", held(0))
+	host.WaitFor(5*time.Second, "the release", hostlogindtest.Holding(0))
 	if d := host.Locks()[0].Released.Sub(released); d > time.Second {
 		t.Errorf("the host saw the release %v after Release", d)
 	}
@@ -81,7 +68,7 @@ func TestACancelledShutdownTakesANewLock(t *testing.T) {
 	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
 	c := hostlogind.Start(hostlogind.Options{Address: address})
 	defer c.Close()
-	host.WaitFor(5*time.Second, "a lock", held(1))
+	host.WaitFor(5*time.Second, "a lock", hostlogindtest.Holding(1))
 	host.PrepareForShutdown(true)
 	shutdownEvent(t, c, true)
 	host.PrepareForShutdown(false)
@@ -102,7 +89,7 @@ func TestACancelledShutdownTakesANewLock(t *testing.T) {
 	host.PrepareForShutdown(true)
 	shutdownEvent(t, c, true)
 	c.Release()
-	host.WaitFor(5*time.Second, "the release", held(0))
+	host.WaitFor(5*time.Second, "the release", hostlogindtest.Holding(0))
 }
 
 // A logind that restarts (leaves the bus, and another owns its name) gets
@@ -112,11 +99,11 @@ func TestALogindRestartTakesANewLock(t *testing.T) {
 	first := hostlogindtest.NewLogind(t, address, 30*time.Second)
 	c := hostlogind.Start(hostlogind.Options{Address: address})
 	defer c.Close()
-	first.WaitFor(5*time.Second, "a lock", held(1))
+	first.WaitFor(5*time.Second, "a lock", hostlogindtest.Holding(1))
 	first.Stop()
 	second := hostlogindtest.NewLogind(t, address, 20*time.Second)
-	second.WaitFor(5*time.Second, "a lock on the new logind", held(1))
-	first.WaitFor(5*time.Second, "the old lock's release", held(0))
+	second.WaitFor(5*time.Second, "a lock on the new logind", hostlogindtest.Holding(1))
+	first.WaitFor(5*time.Second, "the old lock's release", hostlogindtest.Holding(0))
 	testDelay(t, c, 20*time.Second)
 	// The new logind's shutdown is heard.
 	second.PrepareForShutdown(true)
@@ -141,7 +128,7 @@ func TestAnotherSendersPrepareForShutdownIsDropped(t *testing.T) {
 	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
 	c := hostlogind.Start(hostlogind.Options{Address: address})
 	defer c.Close()
-	host.WaitFor(5*time.Second, "a lock", held(1))
+	host.WaitFor(5*time.Second, "a lock", hostlogindtest.Holding(1))
 	other := hostlogindtest.Impostor(t, address)
 	other.PrepareForShutdown(true)
 	select {
@@ -203,7 +190,7 @@ func TestARefusedLockIsAskedForAgain(t *testing.T) {
 	began := time.Now()
 	c := hostlogind.Start(hostlogind.Options{Address: address})
 	defer c.Close()
-	host.WaitFor(10*time.Second, "a lock at the third call", held(1))
+	host.WaitFor(10*time.Second, "a lock at the third call", hostlogindtest.Holding(1))
 	if d := time.Since(began); d < 3*time.Second || d > 6*time.Second {
 		t.Errorf("the lock came %v after the start, want 3s (1s and 2s of retries)", d)
 	}
@@ -233,7 +220,7 @@ func TestDescriptorsSentByAnyoneOnTheHostsBusAreClosed(t *testing.T) {
 			host := hostlogindtest.NewLogind(t, bus.Address, 30*time.Second)
 			c := hostlogind.Start(hostlogind.Options{Address: bus.Address})
 			defer c.Close()
-			host.WaitFor(5*time.Second, "a lock", held(1))
+			host.WaitFor(5*time.Second, "a lock", hostlogindtest.Holding(1))
 			other := hostlogindtest.Impostor(t, bus.Address)
 			before := openFDs(t)
 			if calls {
@@ -258,7 +245,7 @@ func TestDescriptorsSentByAnyoneOnTheHostsBusAreClosed(t *testing.T) {
 // released, and n are held now.
 func released(n int) func([]hostlogindtest.Lock) bool {
 	return func(locks []hostlogindtest.Lock) bool {
-		return len(locks) > 0 && !locks[0].Released.IsZero() && held(n)(locks)
+		return len(locks) > 0 && !locks[0].Released.IsZero() && hostlogindtest.Holding(n)(locks)
 	}
 }
 
@@ -299,7 +286,7 @@ func TestAFailedGetNameOwnerIsAskedAgain(t *testing.T) {
 		t.Fatalf("%d locks taken while GetNameOwner was refused", n)
 	}
 	bus.SetPolicy("")
-	host.WaitFor(5*time.Second, "a lock once GetNameOwner answers", held(1))
+	host.WaitFor(5*time.Second, "a lock once GetNameOwner answers", hostlogindtest.Holding(1))
 }
 
 // Connecting while the host is shutting down takes no lock, which would
@@ -320,7 +307,7 @@ func TestConnectingWhileTheHostShutsDownTakesNoLock(t *testing.T) {
 	host.SetPreparing(false)
 	host.PrepareForShutdown(false)
 	shutdownEvent(t, c, false)
-	host.WaitFor(5*time.Second, "a lock after the cancel", held(1))
+	host.WaitFor(5*time.Second, "a lock after the cancel", hostlogindtest.Holding(1))
 }
 
 // The connection to the host's bus lost during a shutdown that is
@@ -331,15 +318,15 @@ func TestAShutdownCancelledWhileTheBusWasLostTakesTheLockAgain(t *testing.T) {
 	first := hostlogindtest.NewLogind(t, bus.Address, 30*time.Second)
 	c := hostlogind.Start(hostlogind.Options{Address: bus.Address})
 	defer c.Close()
-	first.WaitFor(5*time.Second, "a lock", held(1))
+	first.WaitFor(5*time.Second, "a lock", hostlogindtest.Holding(1))
 	first.PrepareForShutdown(true)
 	shutdownEvent(t, c, true)
 	bus.Stop()
 	bus.Start()
 	second := hostlogindtest.NewLogind(t, bus.Address, 30*time.Second)
 	shutdownEvent(t, c, false)
-	second.WaitFor(5*time.Second, "a lock on the host after the cancel", held(1))
-	first.WaitFor(time.Second, "the cancelled shutdown's lock released", held(0))
+	second.WaitFor(5*time.Second, "a lock on the host after the cancel", hostlogindtest.Holding(1))
+	first.WaitFor(time.Second, "the cancelled shutdown's lock released", hostlogindtest.Holding(0))
 }
 
 // A Release answers the shutdown it follows: true, false, true in quick
@@ -350,7 +337,7 @@ func TestAReleaseDoesNotLetALaterShutdownGo(t *testing.T) {
 	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
 	c := hostlogind.Start(hostlogind.Options{Address: address})
 	defer c.Close()
-	host.WaitFor(5*time.Second, "a lock", held(1))
+	host.WaitFor(5*time.Second, "a lock", hostlogindtest.Holding(1))
 	host.PrepareForShutdown(true)
 	host.PrepareForShutdown(false)
 	host.PrepareForShutdown(true)
@@ -365,7 +352,7 @@ func TestAReleaseDoesNotLetALaterShutdownGo(t *testing.T) {
 		t.Fatalf("the second shutdown's lock was released by the first one's Release; locks: %+v", host.Locks())
 	}
 	c.Release()
-	host.WaitFor(5*time.Second, "the second shutdown's release", held(0))
+	host.WaitFor(5*time.Second, "the second shutdown's release", hostlogindtest.Holding(0))
 }
 
 // The delay delivered with a shutdown is the host's as it is when the
@@ -376,7 +363,7 @@ func TestTheDelayIsReadWhenTheShutdownBegins(t *testing.T) {
 	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
 	c := hostlogind.Start(hostlogind.Options{Address: address})
 	defer c.Close()
-	host.WaitFor(5*time.Second, "a lock", held(1))
+	host.WaitFor(5*time.Second, "a lock", hostlogindtest.Holding(1))
 	testDelay(t, c, 30*time.Second)
 	host.SetDelay(10 * time.Second)
 	host.PrepareForShutdown(true)
@@ -395,10 +382,10 @@ func TestTheHostsBusLostAndRegainedWhileALockIsHeld(t *testing.T) {
 	first := hostlogindtest.NewLogind(t, bus.Address, 30*time.Second)
 	c := hostlogind.Start(hostlogind.Options{Address: bus.Address})
 	defer c.Close()
-	first.WaitFor(5*time.Second, "a lock", held(1))
+	first.WaitFor(5*time.Second, "a lock", hostlogindtest.Holding(1))
 	lost := time.Now()
 	bus.Stop()
-	first.WaitFor(2*time.Second, "the lock's release with the connection", held(0))
+	first.WaitFor(2*time.Second, "the lock's release with the connection", hostlogindtest.Holding(0))
 	// While the bus is away, something that takes connections and closes
 	// them at once is there: when it is connected to is the schedule.
 	sock, err := upstream.UnixSocket(bus.Address)
@@ -428,7 +415,7 @@ func TestTheHostsBusLostAndRegainedWhileALockIsHeld(t *testing.T) {
 	}
 	bus.Start()
 	second := hostlogindtest.NewLogind(t, bus.Address, 20*time.Second)
-	second.WaitFor(8*time.Second, "a lock on the bus that came back, 4s after the last try", held(1))
+	second.WaitFor(8*time.Second, "a lock on the bus that came back, 4s after the last try", hostlogindtest.Holding(1))
 	if d := time.Since(lost) - tries[1]; d < 3900*time.Millisecond {
 		t.Errorf("the third connect came %v after the second, want 4s", d)
 	}

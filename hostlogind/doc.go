@@ -3,7 +3,8 @@
 // own shutdown (systemctl reboot, shutdown -h, the power button) waits
 // for the node to drain, as it waits for a kubelet that runs on the host.
 // Package logind is the other side: the logind that nodeinit serves the
-// kubelet in the container, which never hears of the host's.
+// kubelet in the container, which never hears of the host's, and whose
+// names (logind.BusName, ObjectPath, ManagerIface) the host's logind has.
 //
 // Where the container has the host's system bus (the host's /run mounted,
 // so that /run/dbus/system_bus_socket is the host's; bus/upstream.Address
@@ -55,4 +56,8 @@
 // (signals, calls, replies that come after their call's timeout: a late
 // Inhibit's lock is closed at once, never left delaying the host), and
 // hands signals over through a queue of 16 that never blocks its reader.
+//
+// client.go is the Client: what its caller sees, the locks it holds and
+// how one replaces another, and the events it delivers; session.go follows
+// the host's logind on a connection made again while it fails.
 package hostlogind

@@ -3,11 +3,12 @@
 // Shutdown uses, and the part of systemd's org.freedesktop.systemd1 that
 // reloads logind, served as a service (package service) of nodeinit's own
 // bus (package bus), so that a kubelet in a container (where no logind
-// runs) drains its pods before nodeinit stops it. It owns the manager's
-// methods and properties (logind.go), the delay inhibitors
-// (inhibit_linux.go), systemd's KillUnit of logind (systemd1.go) and the
-// reading of logind.conf (logindconf.go); the bus owns everything about
-// connections and messages.
+// runs) drains its pods before nodeinit stops it. It owns logind's names
+// (BusName, ObjectPath, ManagerIface: package hostlogind calls the host's
+// logind by them), the manager's methods and properties (logind.go), the
+// delay inhibitors (inhibit_linux.go), systemd's KillUnit of logind
+// (systemd1.go) and the reading of logind.conf (logindconf.go); the bus
+// owns everything about connections and messages.
 //
 // # The sequence
 //

@@ -14,14 +14,18 @@ import (
 	"github.com/nodeinit/nodeinit/bus/service"
 )
 
-// logind's names, its manager object and its error for a delay lock taken
-// while the shutdown it would delay is already under way.
+// logind's names on a bus, the one the logind served here and the host's
+// (package hostlogind) have: its well-known name, its manager object and
+// that object's interface.
 const (
-	logindName             = "org.freedesktop.login1"
-	logindPath             = dbus.ObjectPath("/org/freedesktop/login1")
-	managerIface           = "org.freedesktop.login1.Manager"
-	errOperationInProgress = "org.freedesktop.login1.OperationInProgress"
+	BusName      = "org.freedesktop.login1"
+	ObjectPath   = dbus.ObjectPath("/org/freedesktop/login1")
+	ManagerIface = "org.freedesktop.login1.Manager"
 )
+
+// errOperationInProgress is logind's error for a delay lock taken while
+// the shutdown it would delay is already under way.
+const errOperationInProgress = "org.freedesktop.login1.OperationInProgress"
 
 // DefaultInhibitDelayMax is the delay reported when Options leave it unset:
 // logind's own default InhibitDelayMaxSec.
@@ -70,7 +74,7 @@ func New(opts Options) *Logind {
 // Names: org.freedesktop.login1 and its objects, and
 // org.freedesktop.systemd1 where no system bus has it.
 func (l *Logind) Names() service.Names {
-	return service.Names{Own: []string{logindName}, Shared: []string{systemdName}, Path: logindPath}
+	return service.Names{Own: []string{BusName}, Shared: []string{systemdName}, Path: ObjectPath}
 }
 
 // Attach is called by the bus once, before any call.
@@ -121,7 +125,7 @@ func (l *Logind) PrepareForShutdown() <-chan struct{} {
 	}
 	ch := l.drained
 	l.mu.Unlock()
-	sent := l.host.Emit(logindPath, managerIface, "PrepareForShutdown", true)
+	sent := l.host.Emit(ObjectPath, ManagerIface, "PrepareForShutdown", true)
 	klog.InfoS("Sent PrepareForShutdown(true) on the D-Bus socket", "connections", sent, "delayInhibitors", held)
 	return ch
 }
@@ -142,7 +146,7 @@ func (l *Logind) CancelShutdown() {
 	l.drained, l.drainedClosed, l.preparedAt = nil, false, time.Time{}
 	held := len(l.inhibitors)
 	l.mu.Unlock()
-	sent := l.host.Emit(logindPath, managerIface, "PrepareForShutdown", false)
+	sent := l.host.Emit(ObjectPath, ManagerIface, "PrepareForShutdown", false)
 	klog.InfoS("Sent PrepareForShutdown(false) on the D-Bus socket: the shutdown is called off", "connections", sent, "delayInhibitors", held)
 }
 
@@ -195,16 +199,16 @@ func (l *Logind) managerMethod(in *service.Call) {
 	if in.Standard(in.Owner, logindObjects) {
 		return
 	}
-	if in.Path != string(logindPath) {
+	if in.Path != string(ObjectPath) {
 		in.Fail(in.Owner, in.UnknownObject())
 		return
 	}
 	switch {
 	case in.Iface == service.PropertiesIface || in.Iface == "" && in.Member == "Get":
 		l.properties(in)
-	case in.Member == "Inhibit" && (in.Iface == managerIface || in.Iface == ""):
+	case in.Member == "Inhibit" && (in.Iface == ManagerIface || in.Iface == ""):
 		l.inhibitCall(in)
-	case in.Member == "ListInhibitors" && (in.Iface == managerIface || in.Iface == ""):
+	case in.Member == "ListInhibitors" && (in.Iface == ManagerIface || in.Iface == ""):
 		if e := in.WantSignature(""); e != nil {
 			in.Fail(in.Owner, e)
 			return
@@ -239,7 +243,7 @@ func (l *Logind) properties(in *service.Call) {
 		in.Fail(in.Owner, &service.Error{Name: service.PropertyReadOnly, Text: fmt.Sprintf("Property '%s' is not writable.", prop)})
 	case in.Member == "GetAll" && (iface == service.PropertiesIface || iface == service.IntrospectableIface || iface == service.PeerIface):
 		in.Reply(in.Owner, map[string]dbus.Variant{})
-	case iface != managerIface && iface != "":
+	case iface != ManagerIface && iface != "":
 		in.Fail(in.Owner, &service.Error{Name: service.UnknownInterface, Text: fmt.Sprintf("Unknown interface '%s'.", iface)})
 	case in.Member == "GetAll":
 		in.Reply(in.Owner, map[string]dbus.Variant{"InhibitDelayMaxUSec": delay})

@@ -5,6 +5,11 @@
 // (package bus) routes a call for one of a service's names to its Serve;
 // what no service answers goes on to the system bus behind, where there
 // is one. nodeinit's one service is logind (package logind).
+//
+// It also names what every bus has, for all that speaks D-Bus in nodeinit
+// (the broker, its pass-through, logind, and package hostlogind on the
+// host's bus): the bus's own name and object (BusName, BusPath), the
+// interfaces every object has, and the standard errors.
 package service
 
 import (
@@ -133,6 +138,13 @@ func (c *Call) UnknownObject() *Error {
 // human-readable text.
 type Error struct{ Name, Text string }
 
+// The bus's own name and object, on every bus: org.freedesktop.DBus
+// answers Hello, the questions about names and the match rules.
+const (
+	BusName = "org.freedesktop.DBus"
+	BusPath = dbus.ObjectPath("/org/freedesktop/DBus")
+)
+
 // The D-Bus errors a bus and sd-bus's services answer with.
 const (
 	Failed           = "org.freedesktop.DBus.Error.Failed"
@@ -144,6 +156,7 @@ const (
 	InvalidArgs      = "org.freedesktop.DBus.Error.InvalidArgs"
 	NotSupported     = "org.freedesktop.DBus.Error.NotSupported"
 	LimitsExceeded   = "org.freedesktop.DBus.Error.LimitsExceeded"
+	NameHasNoOwner   = "org.freedesktop.DBus.Error.NameHasNoOwner"
 )
 
 // The interfaces every object has, Peer and Introspectable (which the bus

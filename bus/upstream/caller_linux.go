@@ -1,15 +1,12 @@
 package upstream
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"runtime/debug"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/godbus/dbus/v5"
@@ -53,11 +50,7 @@ const (
 // logged, only counted (Dropped), and those it takes wait in a queue of
 // 16, the rest dropped.
 type Caller struct {
-	nc      *net.UnixConn
-	raw     syscall.RawConn
-	fds     *fdReader
-	r       *bufio.Reader
-	name    string
+	link
 	timeout time.Duration
 	want    func(sender, path, iface, member string) bool
 	signals chan *dbus.Message
@@ -85,39 +78,24 @@ type answer struct {
 // interface and member, before anything else of them is read) are handed
 // over by Signals.
 func DialCaller(address string, timeout time.Duration, want func(sender, path, iface, member string) bool) (*Caller, error) {
-	path, err := UnixSocket(address)
-	if err != nil {
-		return nil, err
-	}
-	d := net.Dialer{Timeout: timeout}
-	nc, err := d.Dial("unix", path)
-	if err != nil {
-		return nil, err
-	}
-	c := &Caller{nc: nc.(*net.UnixConn), timeout: timeout, want: want, signals: make(chan *dbus.Message, maxCallerSignals),
-		done: make(chan struct{}), serial: 1, pending: map[uint32]chan answer{}}
-	if c.raw, err = c.nc.SyscallConn(); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	c.fds = newFDReader(c.raw)
-	c.r = bufio.NewReaderSize(c.fds, 4096)
-	name, agreed, err := handshake(c.nc, c.raw, c.r, true, timeout)
-	if err == nil && !agreed {
+	// Room for all a sender can attach to one write; more than two
+	// writes' worth held unclaimed breaks the protocol. A bus passes on
+	// at most its max_message_unix_fds (16 by default), and the reader
+	// claims each message's as it reads it, so few are ever held.
+	l, err := dial(address, timeout, true, scmMaxFD, 2*scmMaxFD)
+	if err == nil && !l.unixFD {
+		l.nc.Close()
+		l.fds.Close()
 		err = errors.New("the bus does not pass file descriptors")
 	}
 	if err != nil {
-		nc.Close()
-		c.fds.close()
 		return nil, err
 	}
-	c.name = name
+	c := &Caller{link: l, timeout: timeout, want: want, signals: make(chan *dbus.Message, maxCallerSignals),
+		done: make(chan struct{}), serial: 1, pending: map[uint32]chan answer{}}
 	go c.readLoop()
 	return c, nil
 }
-
-// Name is the Caller's unique name on the bus.
-func (c *Caller) Name() string { return c.name }
 
 // Signals hands over the signals the filter took, decoded.
 func (c *Caller) Signals() <-chan *dbus.Message { return c.signals }
@@ -307,7 +285,7 @@ func (c *Caller) readLoop() {
 		f, err := readFrame(c.r, maxCallerMessage)
 		var fds []int
 		if err == nil {
-			fds, err = c.fds.take(f.uint32Field(dbus.FieldUnixFDs))
+			fds, err = c.fds.TakeN(f.uint32Field(dbus.FieldUnixFDs))
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -371,103 +349,6 @@ func (c *Caller) end(err error) {
 	c.closed, c.err = true, err
 	c.mu.Unlock()
 	c.nc.Close()
-	c.fds.close()
+	c.fds.Close()
 	close(c.done)
-}
-
-// fdReader reads a unix socket with recvmsg and holds the descriptors
-// that come with the bytes until the message they belong to claims them
-// (wire.FDReader's way, with room for all a sender can attach to one
-// write, SCM_MAX_FD: a bus passes on at most its max_message_unix_fds, 16
-// by default, and a reader claims each message's as it reads it, so few
-// are ever held).
-type fdReader struct {
-	raw syscall.RawConn
-	oob []byte
-
-	mu     sync.Mutex
-	held   []int
-	closed bool
-}
-
-func newFDReader(raw syscall.RawConn) *fdReader {
-	return &fdReader{raw: raw, oob: make([]byte, unix.CmsgSpace(4*scmMaxFD))}
-}
-
-func (r *fdReader) Read(p []byte) (int, error) {
-	var n, oobn, flags int
-	var rerr error
-	err := r.raw.Read(func(fd uintptr) bool {
-		n, oobn, flags, _, rerr = linux.RecvmsgN(int(fd), p, r.oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
-		return !errors.Is(rerr, unix.EAGAIN)
-	})
-	if err == nil {
-		err = rerr
-	}
-	if oobn > 0 {
-		if kerr := r.keep(r.oob[:oobn]); kerr != nil {
-			return 0, kerr
-		}
-	}
-	if flags&unix.MSG_CTRUNC != 0 {
-		return 0, fmt.Errorf("%w: descriptors truncated", wire.ErrProtocol)
-	}
-	if err != nil {
-		return 0, err
-	}
-	if n == 0 && len(p) > 0 {
-		return 0, io.EOF
-	}
-	return n, nil
-}
-
-// keep adds the descriptors of a control message to those held; more
-// than two writes' worth held unclaimed breaks the protocol.
-func (r *fdReader) keep(oob []byte) error {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return fmt.Errorf("%w: %v", wire.ErrProtocol, err)
-	}
-	var fds []int
-	for _, m := range msgs {
-		if got, err := unix.ParseUnixRights(&m); err == nil {
-			fds = append(fds, got...)
-		}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed || len(r.held)+len(fds) > 2*scmMaxFD {
-		wire.CloseFDs(fds)
-		if r.closed {
-			return nil
-		}
-		return fmt.Errorf("%w: more than %d descriptors sent and not claimed", wire.ErrProtocol, 2*scmMaxFD)
-	}
-	r.held = append(r.held, fds...)
-	return nil
-}
-
-// take hands over the next n descriptors held.
-func (r *fdReader) take(n uint32) ([]int, error) {
-	if n == 0 {
-		return nil, nil
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if int(n) > len(r.held) {
-		return nil, fmt.Errorf("%w: a message claims %d descriptors, %d came", wire.ErrProtocol, n, len(r.held))
-	}
-	fds := append([]int(nil), r.held[:n]...)
-	r.held = r.held[n:]
-	return fds, nil
-}
-
-// close closes what is held; descriptors that come later are closed as
-// they come.
-func (r *fdReader) close() {
-	r.mu.Lock()
-	held := r.held
-	r.held, r.closed = nil, true
-	r.mu.Unlock()
-	wire.CloseFDs(held)
 }

@@ -51,4 +51,12 @@
 // closed as it is read. godbus's connection cannot be that: it passes on
 // only descriptors that are top-level arguments (those in a struct or a
 // variant it never names) and closes none of a message it drops.
+//
+// Where each part is: which system bus, and where it listens (address.go);
+// a connection's setup, the same for both uses: the dial, EXTERNAL, unix
+// fd passing and Hello (dial_linux.go); the pass-through's connection, its
+// queue up, its writer and its end (upstream_linux.go); its reader, and
+// what comes down, passed on or dropped (deliver_linux.go); a message as
+// it came, its header read and written again (frame.go); the Caller
+// (caller_linux.go).
 package upstream

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeinit/nodeinit/hostlogind/hostlogindtest"
+	"github.com/nodeinit/nodeinit/test/hostlogindtest"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
@@ -33,20 +33,8 @@ func hostNode(t *testing.T, m mode, hostDelay, drain time.Duration, flags ...str
 		}
 		return strings.HasPrefix(recorded(rec), "INHIBIT")
 	})
-	host.WaitFor(10*time.Second, "nodeinit's lock on the host", heldOnHost(1))
+	host.WaitFor(10*time.Second, "nodeinit's lock on the host", hostlogindtest.Holding(1))
 	return i, host, rec, address
-}
-
-func heldOnHost(n int) func([]hostlogindtest.Lock) bool {
-	return func(locks []hostlogindtest.Lock) bool {
-		h := 0
-		for _, k := range locks {
-			if k.Released.IsZero() {
-				h++
-			}
-		}
-		return h == n
-	}
 }
 
 // The host's shutdown drains the node as a stop of its container does:
@@ -65,7 +53,7 @@ func TestTheHostsShutdownDrainsTheNode(t *testing.T) {
 		i.WaitForLog(5*time.Second, 'I', "Node drain status", "hostLock=true hostDelay=30s")
 
 		sent := host.PrepareForShutdown(true)
-		host.WaitFor(10*time.Second, "the release of nodeinit's lock on the host", heldOnHost(0))
+		host.WaitFor(10*time.Second, "the release of nodeinit's lock on the host", hostlogindtest.Holding(0))
 		released := host.Locks()[0].Released
 		r := testenv.ReadRecord(t, rec)
 		if r.Signals() != "INHIBIT,PREPARE,RELEASED" {
@@ -107,7 +95,7 @@ func TestTheHostsShutdownDrainsTheNode(t *testing.T) {
 func TestACancelledHostShutdownIsPassedOnAndTheLockTakenAgain(t *testing.T) {
 	i, host, rec, _ := hostNode(t, asSubreaper, 30*time.Second, 200*time.Millisecond, "--graceful-node-shutdown-delay=20s")
 	host.PrepareForShutdown(true)
-	host.WaitFor(10*time.Second, "the release", heldOnHost(0))
+	host.WaitFor(10*time.Second, "the release", hostlogindtest.Holding(0))
 	host.PrepareForShutdown(false)
 	host.WaitFor(10*time.Second, "a new lock on the host", func(locks []hostlogindtest.Lock) bool {
 		return len(locks) == 2 && locks[1].Released.IsZero()
@@ -118,7 +106,7 @@ func TestACancelledHostShutdownIsPassedOnAndTheLockTakenAgain(t *testing.T) {
 	i.WaitForLog(time.Second, 'I', "Sent PrepareForShutdown(false)")
 
 	host.PrepareForShutdown(true)
-	host.WaitFor(10*time.Second, "the release of the new lock", heldOnHost(0))
+	host.WaitFor(10*time.Second, "the release of the new lock", hostlogindtest.Holding(0))
 	if s := testenv.ReadRecord(t, rec).Signals(); s != "INHIBIT,PREPARE,RELEASED,CANCEL,INHIBIT,PREPARE,RELEASED" {
 		t.Fatalf("the executor saw %s", s)
 	}
@@ -154,7 +142,7 @@ func TestATermAndTheHostsShutdownDrainOnce(t *testing.T) {
 				testenv.WaitFor(t, 5*time.Second, "PrepareForShutdown", prepared)
 				sent = host.PrepareForShutdown(true)
 			}
-			host.WaitFor(10*time.Second, "the release of nodeinit's lock on the host", heldOnHost(0))
+			host.WaitFor(10*time.Second, "the release of nodeinit's lock on the host", hostlogindtest.Holding(0))
 			released := host.Locks()[0].Released
 			if code := i.Wait(10 * time.Second); code != 0 {
 				t.Fatalf("exit %d; log:\n%s", code, i.Log())
@@ -192,8 +180,8 @@ func TestAHostLogindRestartGetsTheLockTakenAgain(t *testing.T) {
 	i, host, _, address := hostNode(t, asSubreaper, 30*time.Second, 100*time.Millisecond)
 	host.Stop()
 	again := hostlogindtest.NewLogind(t, address, 40*time.Second)
-	again.WaitFor(10*time.Second, "a lock on the new logind", heldOnHost(1))
-	host.WaitFor(10*time.Second, "the old lock's release", heldOnHost(0))
+	again.WaitFor(10*time.Second, "a lock on the new logind", hostlogindtest.Holding(1))
+	host.WaitFor(10*time.Second, "the old lock's release", hostlogindtest.Holding(0))
 	i.WaitForLog(5*time.Second, 'I', "The host's logind has a new owner", "hostDelay=\"40s\"")
 	if code := i.Stop(10 * time.Second); code != 0 {
 		t.Errorf("exit %d after TERM; log:\n%s", code, i.Log())
@@ -302,8 +290,8 @@ func TestDescriptorsSentToNodeinitOnTheHostsBusAreClosed(t *testing.T) {
 	// has read them all; the lock it holds is one descriptor, as before.
 	host.Stop()
 	again := hostlogindtest.NewLogind(t, address, 30*time.Second)
-	again.WaitFor(10*time.Second, "a lock on the new logind", heldOnHost(1))
-	host.WaitFor(10*time.Second, "the old lock's release", heldOnHost(0))
+	again.WaitFor(10*time.Second, "a lock on the new logind", hostlogindtest.Holding(1))
+	host.WaitFor(10*time.Second, "the old lock's release", hostlogindtest.Holding(0))
 	after := openFDs(t, pid)
 	t.Logf("nodeinit (PID 1) open descriptors: %d before 50 signals with 2 each, %d after", before, after)
 	if after > before {
@@ -325,7 +313,7 @@ func TestAHostBusWithoutLogindIsOneLine(t *testing.T) {
 	i.WaitForFile(10*time.Second, report)
 	i.WaitForLog(5*time.Second, 'I', "No shutdown delay lock on the host's logind", "there is no logind on the host's system bus")
 	host := hostlogindtest.NewLogind(t, address, 30*time.Second)
-	host.WaitFor(10*time.Second, "a lock once logind is there", heldOnHost(1))
+	host.WaitFor(10*time.Second, "a lock once logind is there", hostlogindtest.Holding(1))
 	i.WaitForLog(5*time.Second, 'I', "The host's logind has a new owner: took a new shutdown delay lock there")
 	if n := len(i.Lines('I', "No shutdown delay lock")); n != 1 {
 		t.Errorf("%d lines say there is no lock, want 1; log:\n%s", n, i.Log())
@@ -357,7 +345,7 @@ func TestAHostPolicyThatRefusesTheLockIsOneLine(t *testing.T) {
 		t.Fatalf("%d locks taken through a policy that refuses them", n)
 	}
 	bus.SetPolicy("")
-	host.WaitFor(10*time.Second, "a lock once the policy allows it", heldOnHost(1))
+	host.WaitFor(10*time.Second, "a lock once the policy allows it", hostlogindtest.Holding(1))
 	i.WaitForLog(5*time.Second, 'I', "Took a shutdown delay lock on the host's logind")
 	if code := i.Stop(10 * time.Second); code != 0 {
 		t.Errorf("exit %d after TERM; log:\n%s", code, i.Log())

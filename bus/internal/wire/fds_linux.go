@@ -24,16 +24,26 @@ const MaxHeldFDs = 32
 // first byte, so they arrive before or with it, in the order of the
 // messages.
 type FDReader struct {
-	raw syscall.RawConn
-	oob []byte // Read's, which one goroutine calls
+	raw     syscall.RawConn
+	oob     []byte // Read's, which one goroutine calls
+	perRead int    // the descriptors oob has room for
+	maxHeld int    // the descriptors held unclaimed, at most
 
 	mu     sync.Mutex
 	held   []int
 	closed bool
 }
 
+// NewFDReader is an FDReader for a client of the bus: MaxHeldFDs at
+// once, and held.
 func NewFDReader(raw syscall.RawConn) *FDReader {
-	return &FDReader{raw: raw, oob: make([]byte, unix.CmsgSpace(4*MaxHeldFDs))}
+	return NewFDReaderOf(raw, MaxHeldFDs, MaxHeldFDs)
+}
+
+// NewFDReaderOf is an FDReader with room for perRead descriptors in one
+// read, that holds at most maxHeld unclaimed.
+func NewFDReaderOf(raw syscall.RawConn, perRead, maxHeld int) *FDReader {
+	return &FDReader{raw: raw, oob: make([]byte, unix.CmsgSpace(4*perRead)), perRead: perRead, maxHeld: maxHeld}
 }
 
 func (r *FDReader) Read(p []byte) (int, error) {
@@ -53,7 +63,7 @@ func (r *FDReader) Read(p []byte) (int, error) {
 		}
 	}
 	if flags&unix.MSG_CTRUNC != 0 {
-		return 0, fmt.Errorf("%w: more descriptors at once than the %d this bus holds", ErrProtocol, MaxHeldFDs)
+		return 0, fmt.Errorf("%w: more descriptors at once than the %d a read takes", ErrProtocol, r.perRead)
 	}
 	if err != nil {
 		return 0, err
@@ -79,12 +89,12 @@ func (r *FDReader) keep(oob []byte) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || len(r.held)+len(fds) > MaxHeldFDs {
+	if r.closed || len(r.held)+len(fds) > r.maxHeld {
 		CloseFDs(fds)
 		if r.closed {
 			return nil
 		}
-		return fmt.Errorf("%w: more than %d descriptors sent and not claimed", ErrProtocol, MaxHeldFDs)
+		return fmt.Errorf("%w: more than %d descriptors sent and not claimed", ErrProtocol, r.maxHeld)
 	}
 	r.held = append(r.held, fds...)
 	return nil

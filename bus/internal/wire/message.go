@@ -1,9 +1,11 @@
-// Package wire is the D-Bus wire protocol as nodeinit's bus and its
-// pass-through use it: a message's bytes read within a bound (ReadMessage,
-// PeekHeader), decoded and encoded with godbus (Decode, Encode), the
-// descriptors that come with them (FDReader), the queue of encoded
-// messages for one peer (Outbox), and the lines of the authentication
-// protocol (ReadAuthLine). It holds no connection and no policy.
+// Package wire is the D-Bus wire protocol as nodeinit's bus, its
+// pass-through and the Caller (package upstream) use it: a message's bytes
+// read within a bound (ReadMessage, PeekHeader), decoded and encoded with
+// godbus (Decode, Encode), the descriptors that come with them, within the
+// bounds each reader sets (FDReader), the queue of encoded messages for
+// one peer (Outbox) and its writer (Send), and the lines of the
+// authentication protocol (ReadAuthLine). It holds no connection and no
+// policy.
 package wire
 
 import (

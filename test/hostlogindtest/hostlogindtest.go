@@ -163,9 +163,17 @@ func (l *Logind) Locks() []Lock {
 }
 
 // Held is how many locks are held now.
-func (l *Logind) Held() int {
+func (l *Logind) Held() int { return held(l.Locks()) }
+
+// Holding is a condition for WaitFor: n locks held now.
+func Holding(n int) func([]Lock) bool {
+	return func(locks []Lock) bool { return held(locks) == n }
+}
+
+// held is how many of locks are held.
+func held(locks []Lock) int {
 	n := 0
-	for _, k := range l.Locks() {
+	for _, k := range locks {
 		if k.Released.IsZero() {
 			n++
 		}
