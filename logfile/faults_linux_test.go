@@ -90,6 +90,8 @@ func ext4(t *testing.T, size int64) string {
 	t.Helper()
 	testenv.RequireRoot(t)
 	mkfs, mount := testenv.RequireTool(t, "mkfs.ext4"), testenv.RequireTool(t, "mount")
+	_, err := os.Stat("/dev/loop-control")
+	testenv.Require(t, err == nil, "needs loop devices (/dev/loop-control) to mount an ext4 image")
 	img := filepath.Join(t.TempDir(), "ext4.img")
 	if err := os.WriteFile(img, nil, 0o600); err != nil {
 		t.Fatal(err)
