@@ -224,7 +224,7 @@ func place(o Options, act bool) (Result, error) {
 	case target.Cgroup != "" && act:
 		log.Infof("cgroup %s (from %s) on %s", target.Cgroup, target.Source, layout.Mode())
 		res.Cgroup = target.Cgroup
-		res.Joined, err = join(layout, target.Cgroup, o.V2Leaf)
+		res.Joined, err = join(layout, target.Cgroup, o.V2Leaf, o.ForKubelet)
 		if err != nil {
 			if err := log.failure(o.Require, err); err != nil {
 				return res, err
@@ -234,7 +234,7 @@ func place(o Options, act bool) (Result, error) {
 	case target.Cgroup != "":
 		res.Cgroup = target.Cgroup
 		planned := map[string]bool{}
-		for _, s := range planJoin(layout, "/", target.Cgroup, o.V2Leaf) {
+		for _, s := range planJoin(layout, "/", target.Cgroup, o.V2Leaf, o.ForKubelet) {
 			planned[s.Hierarchy.Name()] = s.Missing == ""
 		}
 		in = func(h Hierarchy) bool { return planned[h.Name()] }
@@ -323,14 +323,14 @@ func ownLeaf(l Layout, leaf string, act bool) (map[string]string, error) {
 	if !ok || l.Mode() != V2 {
 		return nil, nil
 	}
-	steps := planJoin(l, "/", h.Current, leaf)
+	steps := planJoin(l, "/", h.Current, leaf, true)
 	if len(steps) != 1 || steps[0].Missing != "" || steps[0].Cgroup == h.Current {
 		return nil, nil
 	}
 	if !act {
 		return map[string]string{h.Name(): steps[0].Cgroup}, nil
 	}
-	joined, err := join(l, h.Current, leaf)
+	joined, err := join(l, h.Current, leaf, true)
 	if err != nil {
 		return joined, fmt.Errorf("cgroup %s cannot be the kubelet's cgroup root while nodeinit lives in it, and its leaf cannot be joined: %w", h.Current, err)
 	}
@@ -370,14 +370,15 @@ func (l logger) kubeletFailure(o Options, err error) error {
 	return nil
 }
 
-// join moves this process into cgroup in every hierarchy where it exists,
-// then verifies the move in /proc/self/cgroup. It tries every hierarchy even
+// join moves this process into cgroup in every hierarchy where it exists
+// (into the v2 leaf where planJoin says so: kubeletRoot says the cgroup is
+// to be the kubelet's root), then verifies the move in /proc/self/cgroup. It tries every hierarchy even
 // when one fails, so that the error can say where nodeinit is now.
-func join(l Layout, cgroup, leaf string) (map[string]string, error) {
+func join(l Layout, cgroup, leaf string, kubeletRoot bool) (map[string]string, error) {
 	if l.Mode() == NoCgroups {
 		return nil, errors.New("no cgroup filesystem is mounted (no cgroup or cgroup2 line in /proc/self/mountinfo)")
 	}
-	steps := planJoin(l, "/", cgroup, leaf)
+	steps := planJoin(l, "/", cgroup, leaf, kubeletRoot)
 	var found, missing []step
 	for _, s := range steps {
 		if s.Missing == "" {

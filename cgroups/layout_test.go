@@ -100,7 +100,9 @@ func TestPlanJoin(t *testing.T) {
 		dirs    []string
 		control map[string]string
 		offered map[string]string // cgroup.controllers by directory
-		want    []want
+		// kubeletRoot: the cgroup is to be the kubelet's cgroup root.
+		kubeletRoot bool
+		want        []want
 	}{
 		{name: "v1: joins where the cgroup exists, names the others",
 			host: "v1", cgroup: "/mesos/abc",
@@ -138,14 +140,32 @@ func TestPlanJoin(t *testing.T) {
 			control: map[string]string{"sys/fs/cgroup/mesos/abc": ""},
 			want:    []want{{hierarchy: "unified", cgroup: "/mesos/abc", dir: "sys/fs/cgroup/mesos/abc"}},
 		},
-		{name: "v2: controllers offered, none enabled yet: a new leaf, so that a kubelet can enable them for its pods",
+		{name: "v2: controllers offered, none enabled yet, the kubelet's root: a new leaf, so that the kubelet can enable them for its pods",
 			host: "v2", cgroup: "/mesos/abc", dirs: []string{"sys/fs/cgroup/mesos/abc"},
 			control: map[string]string{"sys/fs/cgroup/mesos/abc": ""},
+			offered: map[string]string{"sys/fs/cgroup/mesos/abc": "cpu memory pids\n"}, kubeletRoot: true,
+			want: []want{{hierarchy: "unified", cgroup: "/mesos/abc/leaf", dir: "sys/fs/cgroup/mesos/abc/leaf", createLeaf: true}},
+		},
+		{name: "v2: controllers offered, none enabled yet, no kubelet's root (a --cgroup-parent join): the cgroup itself, no new cgroup",
+			host: "v2", cgroup: "/nodes.slice/nodes-node1.slice", dirs: []string{"sys/fs/cgroup/nodes.slice/nodes-node1.slice"},
+			control: map[string]string{"sys/fs/cgroup/nodes.slice/nodes-node1.slice": ""},
+			offered: map[string]string{"sys/fs/cgroup/nodes.slice/nodes-node1.slice": "cpu memory pids\n"},
+			want:    []want{{hierarchy: "unified", cgroup: "/nodes.slice/nodes-node1.slice", dir: "sys/fs/cgroup/nodes.slice/nodes-node1.slice"}},
+		},
+		{name: "v2: controllers enabled, no kubelet's root: the leaf all the same, which v2 requires",
+			host: "v2", cgroup: "/mesos/abc", dirs: []string{"sys/fs/cgroup/mesos/abc"},
+			control: map[string]string{"sys/fs/cgroup/mesos/abc": "memory\n"},
 			offered: map[string]string{"sys/fs/cgroup/mesos/abc": "cpu memory pids\n"},
 			want:    []want{{hierarchy: "unified", cgroup: "/mesos/abc/leaf", dir: "sys/fs/cgroup/mesos/abc/leaf", createLeaf: true}},
 		},
+		{name: "v2: nothing offered, the kubelet's root: the cgroup itself",
+			host: "v2", cgroup: "/mesos/abc", dirs: []string{"sys/fs/cgroup/mesos/abc"},
+			control: map[string]string{"sys/fs/cgroup/mesos/abc": ""},
+			offered: map[string]string{"sys/fs/cgroup/mesos/abc": "\n"}, kubeletRoot: true,
+			want: []want{{hierarchy: "unified", cgroup: "/mesos/abc", dir: "sys/fs/cgroup/mesos/abc"}},
+		},
 		{name: "hybrid: a controller offered in the unified hierarchy, whose cgroups the kubelet does not make: the cgroup itself",
-			host: "hybrid", cgroup: "/mesos/abc",
+			host: "hybrid", cgroup: "/mesos/abc", kubeletRoot: true,
 			dirs: []string{"sys/fs/cgroup/cpu/mesos/abc", "sys/fs/cgroup/cpuacct/mesos/abc", "sys/fs/cgroup/memory/mesos/abc",
 				"sys/fs/cgroup/systemd/mesos/abc", "sys/fs/cgroup/unified/mesos/abc"},
 			control: map[string]string{"sys/fs/cgroup/unified/mesos/abc": ""},
@@ -180,7 +200,7 @@ func TestPlanJoin(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			steps := planJoin(l, root, tt.cgroup, "leaf")
+			steps := planJoin(l, root, tt.cgroup, "leaf", tt.kubeletRoot)
 			if len(steps) != len(tt.want) {
 				t.Fatalf("%d steps, want %d: %+v", len(steps), len(tt.want), steps)
 			}

@@ -26,12 +26,16 @@ type step struct {
 // A v1 hierarchy joins the cgroup where it exists. The unified hierarchy
 // does too, unless the cgroup's cgroup.subtree_control enables a controller:
 // a process may not live in such a cgroup on v2 (docs/design.md, rule 5), so
-// the plan uses the leaf child <cgroup>/<leaf> instead. On a pure v2 host
-// the leaf is used too where the cgroup offers a controller (its
-// cgroup.controllers) that it does not enable yet: a kubelet given the
-// cgroup as its root enables them for its pods' cgroups, which the kernel
-// refuses (EBUSY) while nodeinit, the kubelet and the proxy live in it.
-func planJoin(l Layout, fsRoot, cgroup, leaf string) []step {
+// the plan uses the leaf child <cgroup>/<leaf> instead. With kubeletRoot
+// (the cgroup is to be the kubelet's --cgroup-root) on a pure v2 host the
+// leaf is used too where the cgroup offers a controller (its
+// cgroup.controllers) that it does not enable yet: the kubelet takes a root
+// that offers the controllers it needs and enables them there for its pods'
+// cgroups, which the kernel refuses (EBUSY) while nodeinit, the kubelet and
+// the proxy live in it. Without it the cgroup itself is joined: nodeinit
+// makes no cgroup that nothing needs (a runtime's cgroup is joined as the
+// runtime made it).
+func planJoin(l Layout, fsRoot, cgroup, leaf string, kubeletRoot bool) []step {
 	var steps []step
 	for _, h := range l.Hierarchies {
 		s := step{Hierarchy: h, Cgroup: cgroup}
@@ -48,7 +52,7 @@ func planJoin(l Layout, fsRoot, cgroup, leaf string) []step {
 			control, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
 			enables := err == nil && hasController(string(control))
 			offered, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
-			offers := err == nil && hasController(string(offered)) && l.Mode() == V2
+			offers := kubeletRoot && err == nil && hasController(string(offered)) && l.Mode() == V2
 			if enables || offers {
 				s.Cgroup = path.Join(cgroup, leaf)
 				s.Dir = filepath.Join(dir, leaf)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -81,13 +82,66 @@ func TestFullDiskDropsWholeWritesCountsThemLogsOnceAndRecovers(t *testing.T) {
 	}
 }
 
+// ext4 mounts a new ext4 file system of size bytes (mkfs.ext4 on a file,
+// mount -o loop) at a new temporary directory. mkfs.ext4 keeps blocks there
+// that no one may use, root included, for the file system's own needs:
+// full, it has free blocks (f_bfree) and none available (f_bavail).
+func ext4(t *testing.T, size int64) string {
+	t.Helper()
+	testenv.RequireRoot(t)
+	mkfs, mount := testenv.RequireTool(t, "mkfs.ext4"), testenv.RequireTool(t, "mount")
+	_, err := os.Stat("/dev/loop-control")
+	testenv.Require(t, err == nil, "needs loop devices (/dev/loop-control) to mount an ext4 image")
+	img := filepath.Join(t.TempDir(), "ext4.img")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, size); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mkfs, "-q", "-F", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4 %s: %v\n%s", img, err, out)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command(mount, "-o", "loop", img, dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount -o loop %s: %v\n%s", img, err, out)
+	}
+	t.Cleanup(func() {
+		// The loop device goes with the mount (mount -o loop sets it to
+		// clear itself).
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	// mkfs.ext4 leaves lost+found, and root may write into the blocks kept
+	// for it: only the blocks kept from everyone stay free once full.
+	return dir
+}
+
+// fileSystems are the kinds of log disk the full-disk tests run on: tmpfs,
+// whose free blocks are all available, and ext4, which keeps some free
+// blocks from everyone.
+var fileSystems = []struct {
+	name  string
+	mount func(t *testing.T) string
+}{
+	{"tmpfs", func(t *testing.T) string { return testenv.Tmpfs(t, 256<<10) }},
+	{"ext4", func(t *testing.T) string { return ext4(t, 8<<20) }},
+}
+
 // A full disk takes a write that fits in what the file's last page has
 // left: the write works, but the disk is still full, and the next longer
 // write fails. That is no recovery: the failure is logged once, and the
 // recovery once the disk has room again, counting every write dropped
-// until then.
+// until then. On ext4 the full disk still has free blocks, which no write
+// may use.
 func TestAWriteIntoTheLastPageOfAFullDiskIsNoRecovery(t *testing.T) {
-	dir := testenv.Tmpfs(t, 256<<10)
+	for _, fs := range fileSystems {
+		t.Run(fs.name, func(t *testing.T) { aWriteIntoTheLastPageOfAFullDiskIsNoRecovery(t, fs.mount(t)) })
+	}
+}
+
+func aWriteIntoTheLastPageOfAFullDiskIsNoRecovery(t *testing.T, dir string) {
 	logged := testenv.CaptureLog(t)
 	f := openTestFile(t, dir, Rotation{})
 	s := newStream("executor", f)

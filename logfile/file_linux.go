@@ -160,17 +160,21 @@ func (f *rotatingFile) Write(p []byte) error {
 	return nil
 }
 
-// hasRoom says whether the file's file system has a free block: a write
-// that worked on a full one fitted in what the file's last page had left,
-// and the next may not. Free blocks count as root sees them (nodeinit runs
-// as root, which may write to the blocks kept for it); a file system that
-// tells nothing of its blocks has room.
+// hasRoom says whether the file's file system has a block available: a
+// write that worked on a full one fitted in what the file's last page had
+// left, and the next may not. Available blocks (f_bavail) are what counts,
+// not free ones (f_bfree): ext4 keeps free blocks that no one may write,
+// root included, so a full ext4 disk has free blocks and fails every write
+// that needs one. The blocks a file system keeps for root are left out with
+// them (statfs tells the two apart only in f_bavail): while nodeinit writes
+// into those, the loss is reported over once writes have worked for
+// lossReportEvery. A file system that tells nothing of its blocks has room.
 func (f *rotatingFile) hasRoom() bool {
 	var fs unix.Statfs_t
 	if f.fd < 0 || linux.Fstatfs(f.fd, &fs) != nil || fs.Blocks == 0 {
 		return true
 	}
-	return fs.Bfree > 0
+	return fs.Bavail > 0
 }
 
 // takeBack truncates away the written bytes of a write that failed. The

@@ -29,6 +29,10 @@ func TestMain(m *testing.M) {
 		os.Exit(enterHelper(os.Stdin, os.Stdout))
 	case "rshared":
 		os.Exit(rsharedHelper(os.Stdout))
+	case "own":
+		ns, _ := Current()
+		fmt.Printf("own=%v ns=%s\n", Own(), ns)
+		os.Exit(0)
 	default:
 		fmt.Fprintf(os.Stderr, "unknown helper %q\n", os.Getenv(helperEnv))
 		os.Exit(3)
@@ -314,5 +318,40 @@ func TestMakeRSharedMarksRootShared(t *testing.T) {
 	group, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(after, "shared:"), ";"))
 	if err != nil || group <= 0 {
 		t.Errorf("after MakeRShared / shows %q in /proc/self/mountinfo, want shared:N", after)
+	}
+}
+
+// Own on the real /proc, in a new pid namespace whose PID 1 (a shell) sits
+// in a mount namespace of its own, as a host's init does: a process in
+// another namespace under it is in its own; one that `nsenter -t 1 -m` put
+// back into PID 1's namespace is not, though its parent (a pod's shell) is
+// in another. The shells run their commands as children (`; exit`), so
+// that PID 1 and the parent stay where they are.
+func TestOwnComparesWithPID1sNamespaceNotTheParents(t *testing.T) {
+	testenv.RequireRoot(t)
+	unshareTool, nsenter := testenv.RequireTool(t, "unshare"), testenv.RequireTool(t, "nsenter")
+	pid1 := []string{unshareTool, "--pid", "--fork", "--mount-proc", "--", "/bin/sh", "-c", `"$@"; exit $?`, "sh"}
+	pod := []string{unshareTool, "--mount", "--"}
+	for _, tc := range []struct {
+		name string
+		wrap []string
+		want string
+	}{
+		{"PID 1's own namespace", nil, "own=false"},
+		{"a namespace of its own under PID 1", pod, "own=true"},
+		{"nsenter -t 1 -m from another namespace", append(pod, "/bin/sh", "-c", nsenter+` -t 1 -m -- "$@"; exit $?`, "sh"), "own=false"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			argv := append(append(append([]string(nil), pid1...), tc.wrap...), os.Args[0], "-test.run=^$")
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Env = append(os.Environ(), helperEnv+"=own")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v: %v\n%s", argv, err, out)
+			}
+			if got, _, _ := strings.Cut(strings.TrimSpace(string(out)), " "); got != tc.want {
+				t.Errorf("%s; want %s", out, tc.want)
+			}
+		})
 	}
 }

@@ -42,6 +42,8 @@ func TestOwnTellsANamespaceOfNodeinitsOwnFromTheHosts(t *testing.T) {
 		{"a host pid namespace container: PID 1 is the host's init", 4242, 4200, "4242", map[string]string{"4242": ctr, "1": host, "4200": host}, true},
 		{"under a parent in another namespace, PID 1 unreadable", 4242, 4200, "4242", map[string]string{"4242": ctr, "4200": host}, true},
 		{"the host's own namespace, shared with PID 1 and the parent", 4242, 4200, "4242", map[string]string{"4242": host, "1": host, "4200": host}, false},
+		{"nsenter -t 1 -m from a pod: PID 1's namespace, the parent in the pod's", 4242, 4200, "4242", map[string]string{"4242": host, "1": host, "4200": ctr}, false},
+		{"the parent's namespace shared, PID 1 unreadable", 4242, 4200, "4242", map[string]string{"4242": ctr, "4200": ctr}, false},
 		{"nothing readable but itself", 4242, 4200, "4242", map[string]string{"4242": ctr}, false},
 		{"no /proc at all", 4242, 4200, "", nil, false},
 	} {

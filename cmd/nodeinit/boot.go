@@ -101,9 +101,13 @@ func identityOptions(cfg *config.Config) identity.Options {
 		MachineID: cfg.Identity.MachineID, ProductUUID: cfg.Identity.ProductUUID}
 }
 
-// nodeIdentity gives the node a machine-id (and, when asked, a
-// product_uuid) of its own, mounted in nodeinit's mount namespace before
-// the kubelet starts and reads them. Each part that fails is one warning
+// nodeIdentity settles the node's machine-id (and, when asked, its
+// product_uuid) before the kubelet starts and reads them: a valid id of the
+// container's own is left alone; otherwise the id identity decides on (the
+// host's, where the container shares the host's pid namespace, or one kept
+// in the identity dir) is bind-mounted over the file, but only where the
+// mount namespace is nodeinit's own (mountns.Own): in one it may share with
+// the host nothing is mounted. Each part that cannot be done is one warning
 // saying what the node has instead; what was done is logged either way.
 func nodeIdentity(cfg *config.Config) {
 	plan, err := identity.Decide(identityOptions(cfg))

@@ -20,6 +20,13 @@ import (
 // nodeinit's log.
 func machineIDAsPID1(t *testing.T, ownProc bool, state string, flags ...string) (read, log string) {
 	t.Helper()
+	return machineIDAsPID1After(t, "", ownProc, state, flags...)
+}
+
+// machineIDAsPID1After is machineIDAsPID1 with setup, shell commands, run
+// first in the throwaway mount namespace.
+func machineIDAsPID1After(t *testing.T, setup string, ownProc bool, state string, flags ...string) (read, log string) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	nodeinit := testenv.BuildRaced(t, "./cmd/nodeinit")
 	uninit := filepath.Join(t.TempDir(), "machine-id")
@@ -28,7 +35,10 @@ func machineIDAsPID1(t *testing.T, ownProc bool, state string, flags ...string) 
 	if ownProc {
 		pidns += " --mount-proc"
 	}
-	script := "mount --bind " + uninit + " /etc/machine-id && exec " + pidns + " " + nodeinit +
+	if setup != "" {
+		setup += " && "
+	}
+	script := setup + "mount --bind " + uninit + " /etc/machine-id && exec " + pidns + " " + nodeinit +
 		" --run-proxy=false --identity-dir=" + state + " " + strings.Join(flags, " ") + " -- cat /etc/machine-id"
 	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script).CombinedOutput()
 	if err != nil {
@@ -108,13 +118,19 @@ func TestPID1WithTheHostsProcMountsNothing(t *testing.T) {
 // A product_uuid that cannot be mounted (a machine without DMI has no
 // product_uuid to mount over) takes nothing from the machine-id: the node
 // has its own, the log says so, and the warning names what failed, what
-// the node has instead, and the switch for it.
+// the node has instead, and the switch for it. On a machine with DMI the
+// test hides DMI's files in its throwaway mount namespace (an empty tmpfs
+// over their directory), so it runs on every machine.
 func TestPID1WithoutAProductUUIDKeepsItsOwnMachineID(t *testing.T) {
+	setup := ""
 	if _, err := os.Stat(identity.ProductUUIDFile); err == nil {
-		t.Skip("this machine has a DMI product_uuid: the failure needs one without")
+		dmi, err := filepath.EvalSymlinks(filepath.Dir(identity.ProductUUIDFile))
+		must(t, err)
+		setup = "mount -t tmpfs -o size=4k,mode=0555 nodeinit-test-no-dmi " + dmi
+		t.Logf("this machine has a DMI product_uuid: hidden from nodeinit under an empty tmpfs on %s", dmi)
 	}
 	state := filepath.Join(t.TempDir(), "state")
-	read, log := machineIDAsPID1(t, true, state, "--node-product-uuid")
+	read, log := machineIDAsPID1After(t, setup, true, state, "--node-product-uuid")
 	if !identity.Valid(read) {
 		t.Fatalf("the executor read %q; want a machine-id of the node's own\n%s", read, log)
 	}
