@@ -153,9 +153,15 @@ func TestLogDirRotatesWithoutLosingOrDuplicatingLines(t *testing.T) {
 	dir := t.TempDir()
 	logs := filepath.Join(dir, "logs")
 	const lines = 60000 // about 4 MiB: several rotations at 1 MiB
+	// Each task writes its lines, then says it is ready; TERM comes only
+	// then, so that a proxy not yet started, or not yet able to catch the
+	// TERM of the shutdown, cannot leave proxy.log short.
+	ex, px := filepath.Join(dir, "executor.ready"), filepath.Join(dir, "proxy.ready")
 	i := start(t, asSubreaper, "--log-dir="+logs, "--max-log-size=1Mi", "--max-log-backups=10",
-		"--proxy-path="+task, "--proxy-arg=--lines=10", "--proxy-arg=--lifetime=1h",
-		"--", task, fmt.Sprintf("--lines=%d", lines), "--lifetime=1ms", "--exit=3")
+		"--proxy-path="+task, "--proxy-arg=--lines=10", "--proxy-arg=--ready="+px,
+		"--", task, fmt.Sprintf("--lines=%d", lines), "--ready="+ex, "--exit=3")
+	testenv.WaitFor(t, 60*time.Second, "tasks ready", func() bool { return exists(ex) && exists(px) })
+	i.Signal(syscall.SIGTERM)
 	if got := i.Wait(60 * time.Second); got != 3 {
 		t.Fatalf("exit %d; log:\n%s", got, i.Log())
 	}
