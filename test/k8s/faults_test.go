@@ -127,13 +127,16 @@ func TestKubeletThatExitsEndsTheNode(t *testing.T) {
 	k := c.startNode(t, nodeSpec{kubeletArgs: []string{"--container-runtime-endpoint=" + missing}})
 	s := shutdown{code: k.wait(2 * time.Minute), from: "nodeinit's start"}
 	s.total = time.Since(k.started)
-	k.shutdownFrom(&s, k.log(), 0, timeOfDay(k.started))
+	// kube-proxy starts before the kubelet: from the kubelet's start on it
+	// must run until the kubelet has ended (shutdownFrom).
+	executor := k.waitLog(10*time.Second, 0, `"Started task"`, `task="executor"`)
+	k.shutdownFrom(&s, k.log(), executor.at, timeOfDay(k.started))
 	t.Logf("a kubelet without its runtime: %v", s)
 	if s.code != 1 || s.kubeletStatus != "exit code 1" {
 		t.Errorf("nodeinit exited %d with the kubelet's %s; want 1, exit code 1", s.code, s.kubeletStatus)
 	}
-	if s.proxyEnd >= 0 && s.proxyEnd < s.kubeletExit {
-		t.Errorf("kube-proxy ended at %v, before the kubelet (%v)", s.proxyEnd, s.kubeletExit)
+	if s.proxyEnd < s.kubeletExit {
+		t.Errorf("kube-proxy ended at %v (-1: it did not run when the kubelet ended), before the kubelet (%v)", s.proxyEnd, s.kubeletExit)
 	}
 	b, _ := os.ReadFile(filepath.Join(k.dir, "logs", "executor.log"))
 	if !strings.Contains(string(b), "no-runtime.sock") {
