@@ -39,11 +39,11 @@ const (
 )
 
 // TestNodeThroughAContainerdRestart kills containerd with SIGKILL while the
-// node runs its pods and starts it again containerdDown later: the
-// kubelet reconnects by itself and the Node is Ready again; every pod's
-// container is the one from before, never restarted; the Service answers
-// every request throughout; a pod created after the restart runs; and
-// nodeinit restarts, stops and logs nothing.
+// node runs its pods and starts it again containerdDown later: the Node
+// goes not Ready meanwhile, the kubelet reconnects by itself and the Node
+// is Ready again; every pod's container is the one from before, never
+// restarted; the Service answers every request throughout; a pod created
+// after the restart runs; and nodeinit restarts, stops and logs nothing.
 func TestNodeThroughAContainerdRestart(t *testing.T) {
 	c := getCluster(t)
 	k := c.startNode(t, nodeSpec{})
@@ -61,6 +61,7 @@ func TestNodeThroughAContainerdRestart(t *testing.T) {
 	ready := m.waitReadyAfter(t, restarted, 2*time.Minute)
 	t.Logf("the Node was Ready again %v after containerd's restart", ready.Sub(restarted).Round(time.Millisecond))
 	k.logReadyChanges(m, killed)
+	checkNotReadyWithoutContainerd(t, m.readyChanges(), killed, restarted)
 	h.checkWorkload(before, "after containerd's restart")
 	k.checkService(ip, pods, 30*time.Second)
 	started := time.Now()
@@ -72,6 +73,28 @@ func TestNodeThroughAContainerdRestart(t *testing.T) {
 	m.reportRequests(t)
 	k.checkLeftAlone(tasks, killed)
 	t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+}
+
+// checkNotReadyWithoutContainerd checks that the Node went not Ready
+// while containerd was dead, from killed to restarted: containerdDown is
+// past the kubelet's wait for its runtime, so a Node that stays Ready
+// throughout is a kubelet that did not see its runtime go, or a
+// containerd that did not.
+func checkNotReadyWithoutContainerd(t *testing.T, changes []readyChange, killed, restarted time.Time) {
+	t.Helper()
+	for _, r := range changes {
+		if !r.ready && r.at.After(killed) && r.at.Before(restarted) {
+			t.Logf("the Node went not Ready %v after containerd was killed (%v before its restart): %s",
+				r.at.Sub(killed).Round(time.Millisecond), restarted.Sub(r.at).Round(time.Millisecond), r.why)
+			return
+		}
+	}
+	var seen []string
+	for _, r := range changes {
+		seen = append(seen, fmt.Sprintf("Ready %v at %s %s", r.ready, r.at.Format("15:04:05.000"), r.why))
+	}
+	t.Errorf("the Node never went not Ready in the %v containerd was dead, from %s (Ready changes seen: %q)",
+		restarted.Sub(killed).Round(time.Millisecond), killed.Format("15:04:05.000"), seen)
 }
 
 // sleeperPod is a pod that sleeps until it is deleted; %s is its name.
@@ -127,13 +150,16 @@ func TestKubeletThatExitsEndsTheNode(t *testing.T) {
 	k := c.startNode(t, nodeSpec{kubeletArgs: []string{"--container-runtime-endpoint=" + missing}})
 	s := shutdown{code: k.wait(2 * time.Minute), from: "nodeinit's start"}
 	s.total = time.Since(k.started)
-	k.shutdownFrom(&s, k.log(), 0, timeOfDay(k.started))
+	// kube-proxy starts before the kubelet: from the kubelet's start on it
+	// must run until the kubelet has ended (shutdownFrom).
+	executor := k.waitLog(10*time.Second, 0, `"Started task"`, `task="executor"`)
+	k.shutdownFrom(&s, k.log(), executor.at, timeOfDay(k.started))
 	t.Logf("a kubelet without its runtime: %v", s)
 	if s.code != 1 || s.kubeletStatus != "exit code 1" {
 		t.Errorf("nodeinit exited %d with the kubelet's %s; want 1, exit code 1", s.code, s.kubeletStatus)
 	}
-	if s.proxyEnd >= 0 && s.proxyEnd < s.kubeletExit {
-		t.Errorf("kube-proxy ended at %v, before the kubelet (%v)", s.proxyEnd, s.kubeletExit)
+	if s.proxyEnd < s.kubeletExit {
+		t.Errorf("kube-proxy ended at %v (-1: it did not run when the kubelet ended), before the kubelet (%v)", s.proxyEnd, s.kubeletExit)
 	}
 	b, _ := os.ReadFile(filepath.Join(k.dir, "logs", "executor.log"))
 	if !strings.Contains(string(b), "no-runtime.sock") {

@@ -416,14 +416,24 @@ type shutdown struct {
 	kubeletStatus                    string        // the kubelet's, as nodeinit logged it
 	kubeletCode                      int           // the exit code nodeinit took from it
 	kubeletExit, proxyTerm, proxyEnd time.Duration // after the TERM was forwarded; proxyEnd -1: it was not running
-	allEnded                         time.Duration
-	total                            time.Duration // from the test's TERM to nodeinit's exit
-	from                             string        // what the times are measured from; empty: the TERM
+	// proxyEarlyEnd is when a kube-proxy that ran at the TERM ended before
+	// the kubelet; 0: it did not. proxyFailing: it had failed on its own
+	// before (an ipvs mode without IPVS, say), so the end may be its own.
+	proxyEarlyEnd time.Duration
+	proxyFailing  bool
+	allEnded      time.Duration
+	total         time.Duration // from the test's TERM to nodeinit's exit
+	from          string        // what the times are measured from; empty: the TERM
 }
 
 func (s shutdown) String() string {
 	proxy := fmt.Sprintf("kube-proxy got TERM at %v and ended at %v", s.proxyTerm.Round(time.Millisecond), s.proxyEnd.Round(time.Millisecond))
-	if s.proxyEnd < 0 {
+	switch {
+	case s.proxyEarlyEnd > 0 && s.proxyFailing:
+		proxy = fmt.Sprintf("kube-proxy, failing on its own all along, ended by itself at %v; the shutdown began at %v", s.proxyEarlyEnd.Round(time.Millisecond), s.proxyTerm.Round(time.Millisecond))
+	case s.proxyEarlyEnd > 0:
+		proxy = fmt.Sprintf("KUBE-PROXY ENDED AT %v, BEFORE THE KUBELET; the shutdown began at %v", s.proxyEarlyEnd.Round(time.Millisecond), s.proxyTerm.Round(time.Millisecond))
+	case s.proxyEnd < 0:
 		proxy = fmt.Sprintf("kube-proxy was waiting on its backoff; the shutdown began at %v", s.proxyTerm.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("kubelet exited %v after %s (%s), %s, all ended at %v, nodeinit exited %d; %v in all",
@@ -447,9 +457,23 @@ func proxyRunning(log string, at time.Duration) bool {
 	return running
 }
 
+// proxyFailedBefore tells from nodeinit's log whether kube-proxy ended on
+// its own (nodeinit restarting it after its backoff) between the times of
+// day from and to.
+func proxyFailedBefore(log string, from, to time.Duration) bool {
+	for _, l := range nodeinitLines(log) {
+		if l.at >= from && l.at < to && strings.Contains(l.text, `"Proxy ended; restarting after backoff"`) {
+			return true
+		}
+	}
+	return false
+}
+
 // stopAndCheck stops the node with TERM (or podman stop) and checks the
 // order: the kubelet gets TERM and exits first, kube-proxy gets TERM only
-// then, and nodeinit exits with the kubelet's status.
+// then, and nodeinit exits with the kubelet's status. A kube-proxy that
+// runs when the TERM is forwarded to the kubelet must still run when the
+// kubelet has ended, and end last (shutdownFrom).
 func (k *kubeNode) stopAndCheck(timeout time.Duration) shutdown {
 	k.t.Helper()
 	start := time.Now()
@@ -467,17 +491,32 @@ func (k *kubeNode) stopAndCheck(timeout time.Duration) shutdown {
 // shutdownFrom reads from nodeinit's log what happened once the executor
 // ended, the first time after time of day after: the kubelet's status,
 // kube-proxy's TERM and end, the end of every process, each measured from
-// time of day ref; and checks the order (the kubelet first, kube-proxy
-// after it) and that nodeinit's exit code, s.code, is the kubelet's.
+// time of day ref; and checks the order and that nodeinit's exit code,
+// s.code, is the kubelet's. The order is judged from kube-proxy's state at
+// after (the TERM forwarded to the kubelet, the kill): a kube-proxy that
+// ran then must still run when the kubelet has ended, get its TERM only
+// then and end after it. One that was waiting on its backoff then is not
+// asked to end, and one that had failed on its own before after may end
+// by itself meanwhile (proxyFailing); any other end before the kubelet's
+// fails the test.
 func (k *kubeNode) shutdownFrom(s *shutdown, log string, after, ref time.Duration) {
 	k.t.Helper()
 	at := func(msg string, after time.Duration) (time.Duration, string) { return k.lineAfter(log, msg, after) }
 	kubelet, line := at("Executor ended", after)
 	proxyTerm, _ := at("Shutting down: sent TERM to the proxy and every other process", kubelet)
 	s.proxyEnd = -1
-	if proxyRunning(log, kubelet) {
+	switch {
+	case proxyRunning(log, kubelet):
 		s.proxyEnd, _ = at("Proxy ended", proxyTerm)
 		s.proxyEnd -= ref
+	case proxyRunning(log, after):
+		end, endLine := at("Proxy ended; restarting after backoff", after)
+		s.proxyEarlyEnd, s.proxyFailing = end-ref, proxyFailedBefore(log, k.since, after)
+		if s.proxyFailing {
+			break
+		}
+		k.t.Errorf("kube-proxy ran when the kubelet was stopped but ended %v later, %v before the kubelet: it must run until the kubelet has ended and stop last\n%s",
+			(end - after).Round(time.Millisecond), (kubelet - end).Round(time.Millisecond), endLine)
 	}
 	all, _ := at("All processes have ended", proxyTerm)
 	s.kubeletExit, s.proxyTerm, s.allEnded = kubelet-ref, proxyTerm-ref, all-ref

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,7 +56,8 @@ spec:
 
 // podState is what a test of memory pressure reads of a pod.
 type podState struct {
-	Status struct {
+	Metadata objectMeta
+	Status   struct {
 		Phase, Reason     string
 		ContainerStatuses []struct {
 			RestartCount int
@@ -164,6 +167,62 @@ func oomScoreAdj(pid int) int {
 	return v
 }
 
+// oomKillsIn is the kernel's count of OOM kills of tasks in memory cgroup
+// cg itself, not below it: oom_kill in memory.events.local (v2) or
+// memory.oom_control (v1, where the counts are per cgroup). Unlike the
+// kernel's log, whose OOM reports are rate-limited, it misses none.
+func oomKillsIn(t *testing.T, cg string) int64 {
+	t.Helper()
+	dir := filepath.Dir(cgroupFile(t, "memory", cg, "cgroup.procs"))
+	for _, f := range []string{"memory.events.local", "memory.oom_control"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			continue
+		}
+		for l := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
+				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				must(t, err)
+				return n
+			}
+		}
+	}
+	t.Fatalf("the memory cgroup %s (%s) has no oom_kill count", cg, dir)
+	return 0
+}
+
+// checkOOMKillsInPods checks where the kernel's OOM kills in the node's
+// cgroup cg happened: by its counts, none in the memory cgroups of
+// nodeinit, the kubelet and kube-proxy (node), whatever else runs there;
+// by its log (seen), every victim below cg's kubepods cgroup, and the pod
+// over its limit (uid over) killed at its own limit, in its own cgroup.
+func checkOOMKillsInPods(t *testing.T, cg, over string, node map[string]int, seen []victim) {
+	t.Helper()
+	var counts []string
+	for name, pid := range node {
+		own := cgroupOf(t, pid, "memory")
+		n := oomKillsIn(t, own)
+		counts = append(counts, fmt.Sprintf("%s's %s: %d", name, own, n))
+		if n != 0 {
+			t.Errorf("the kernel counts %d OOM kills in %s's memory cgroup %s", n, name, own)
+		}
+	}
+	slices.Sort(counts)
+	t.Logf("the kernel's OOM kill counts in the node's own cgroups: %s", strings.Join(counts, ", "))
+	atOwnLimit := 0
+	for _, v := range seen {
+		if !strings.HasPrefix(v.memcg, cg+"/kubepods/") {
+			t.Errorf("the kernel OOM-killed %s (pid %d) in %s, not in a pod's cgroup below %s/kubepods", v.task, v.pid, v.memcg, cg)
+		}
+		if strings.Contains(v.memcg, "/pod"+over+"/") && strings.Contains(v.domain, "/pod"+over) {
+			atOwnLimit++
+		}
+	}
+	if atOwnLimit == 0 {
+		t.Errorf("the kernel's log has no OOM kill of the pod over its limit (uid %s) at its own limit: %+v", over, seen)
+	}
+}
+
 // TestRealNodeUnderMemoryPressure: the node's cgroup is limited to
 // 768 MiB (--cgroup-parent). A pod over its own 32 MiB limit is killed in
 // its own cgroup at every start (OOMKilled, its restartCount climbing);
@@ -221,6 +280,7 @@ func (k *kubeNode) checkMemoryPressure(cg string) {
 	})
 	took := time.Since(began)
 	seen = append(seen, victims(log.lines(t))...)
+	checkOOMKillsInPods(t, cg, k.podState("over-limit").Metadata.UID, node, seen)
 
 	for name, pid := range node {
 		now := pid
@@ -245,9 +305,6 @@ func (k *kubeNode) checkMemoryPressure(cg string) {
 			if v.pid == pid {
 				t.Errorf("the kernel OOM-killed %s (pid %d)", name, pid)
 			}
-		}
-		if !strings.Contains(v.memcg, "/kubepods") {
-			t.Errorf("the kernel OOM-killed %s (pid %d) in %s, not a pod's cgroup", v.task, v.pid, v.memcg)
 		}
 	}
 	if len(seen) == 0 {

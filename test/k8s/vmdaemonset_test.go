@@ -105,6 +105,7 @@ func (c *cluster) checkGuestDaemonSet(t *testing.T, v *vm) {
 		h.checkWorkload(before, "after the DaemonSet was deleted")
 		m.read()
 		m.report(t)
+		m.checkRequests(t)
 		h.checkNodeIdentity(m.monitor)
 		h.checkOldPods(m.monitor, 1)
 		t.Logf("the node's own kubelet.service: %s", strings.Join(strings.Fields(v.ssh("systemctl show --property=NRestarts,ActiveState,MainPID kubelet")), ", "))
@@ -275,7 +276,25 @@ type guestWatcher struct {
 	dir     string // guestWatch's directory, as this machine sees it
 	offsets map[string]int64
 	done    chan struct{}
+	// Under the monitor's lock: each request the guest sent, and when
+	// the first was read here.
+	sent      []guestRequest
+	firstRead time.Time
 }
+
+// guestRequest is one request to the Service from the guest: when it was
+// sent (the guest's clock) and whether it was answered within a second.
+type guestRequest struct {
+	at     time.Time
+	prompt bool
+}
+
+// guestBlackoutBound is how long the guest's requests to the Service may
+// go unanswered within a second, one after another: a guest starting a
+// container under TCG has held a few requests over a second, all sent
+// within 0.2 s; a Service whose rules are gone for longer is a blackout,
+// even when the requests' 5 s let them through at last.
+const guestBlackoutBound = 2 * time.Second
 
 // guestMonitor starts guestwatch in the guest, as a unit, and the
 // monitor's Node and lease watches here; it reads the guest's records
@@ -322,14 +341,20 @@ func (w *guestWatcher) read() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.requests++
+		if w.firstRead.IsZero() {
+			w.firstRead = time.Now()
+		}
+		prompt := false
 		if f[0] == "ok" && len(f) == 2 {
 			if took, err := time.ParseDuration(f[1] + "s"); err == nil {
 				w.slowest = max(w.slowest, took)
-				if took > time.Second {
+				prompt = took <= time.Second
+				if !prompt {
 					w.slow++
 				}
 			}
 		}
+		w.sent = append(w.sent, guestRequest{at, prompt})
 		if f[0] != "ok" {
 			w.failures = append(w.failures, at.Format("15:04:05.000")+" "+strings.Join(f, " "))
 			w.failedAt = append(w.failedAt, at)
@@ -413,9 +438,82 @@ func (w *guestWatcher) waitServed(timeout time.Duration) {
 	}
 }
 
+// checkRequests checks the guest's requests to the Service as a whole:
+// the watch still runs, it sent at least half the requests its 50 ms
+// allow since the first was read here (a watch that stopped writing sends
+// none), and no run of requests one after another went unanswered within
+// a second for guestBlackoutBound or longer.
+func (w *guestWatcher) checkRequests(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	sent, first := slices.Clone(w.sent), w.firstRead
+	w.mu.Unlock()
+	if state, _ := w.v.sshTimeout(time.Minute, "systemctl is-active node-watch"); strings.TrimSpace(state) != "active" {
+		journal, _ := w.v.sshTimeout(time.Minute, "journalctl --no-pager -o cat -n 20 -u node-watch")
+		t.Errorf("the guest's watch is %q, not active:\n%s", strings.TrimSpace(state), journal)
+	}
+	if want := int(time.Since(first) / (100 * time.Millisecond)); first.IsZero() || len(sent) < want {
+		t.Errorf("the guest's watch sent %d requests to the Service in the %v since the first was read; want at least %d, one every 100 ms",
+			len(sent), time.Since(first).Round(time.Second), want)
+	}
+	from, longest, n := longestUnanswered(sent)
+	t.Logf("the guest's requests to the Service: %d sent; the longest run not answered within a second: %d requests over %v from %s",
+		len(sent), n, longest.Round(time.Millisecond), from.Format("15:04:05.000"))
+	if longest >= guestBlackoutBound {
+		t.Errorf("the Service did not answer within a second for %v (%d requests one after another, from %s): a blackout; want under %v",
+			longest.Round(time.Millisecond), n, from.Format("15:04:05.000"), guestBlackoutBound)
+	}
+}
+
+// longestUnanswered finds, in the order they were sent, the longest run of
+// requests none of which was answered within a second: when it began, the
+// time it spans (a request alone spans its 50 ms) and how many it holds.
+func longestUnanswered(sent []guestRequest) (from time.Time, span time.Duration, n int) {
+	sent = slices.Clone(sent)
+	slices.SortFunc(sent, func(a, b guestRequest) int { return a.at.Compare(b.at) })
+	var runFrom time.Time
+	runN := 0
+	for _, r := range sent {
+		if r.prompt {
+			runFrom, runN = time.Time{}, 0
+			continue
+		}
+		if runN == 0 {
+			runFrom = r.at
+		}
+		runN++
+		if s := r.at.Sub(runFrom) + 50*time.Millisecond; s > span {
+			from, span, n = runFrom, s, runN
+		}
+	}
+	return from, span, n
+}
+
 func (w *guestWatcher) stop() {
 	w.monitor.stop()
 	if w.v.qemu.running() {
 		_, _ = w.v.sshTimeout(time.Minute, "systemctl stop node-watch")
+	}
+}
+
+// TestLongestUnanswered: the longest run of requests not answered within
+// a second, in the order sent, whatever order their answers came in.
+func TestLongestUnanswered(t *testing.T) {
+	base := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	var sent []guestRequest
+	for i := range 200 { // 10 s, one every 50 ms; 2.5 s to 5.5 s late
+		at := base.Add(time.Duration(i) * 50 * time.Millisecond)
+		sent = append(sent, guestRequest{at, at.Before(base.Add(2500*time.Millisecond)) || !at.Before(base.Add(5500*time.Millisecond))})
+	}
+	slices.Reverse(sent)
+	from, span, n := longestUnanswered(sent)
+	if !from.Equal(base.Add(2500*time.Millisecond)) || span != 3*time.Second || n != 60 {
+		t.Errorf("longestUnanswered = %v, %v, %d; want 10:00:02.5, 3s, 60", from.Format("15:04:05.000"), span, n)
+	}
+	if span < guestBlackoutBound {
+		t.Errorf("a 3 s blackout passes the bound of %v", guestBlackoutBound)
+	}
+	if _, span, n := longestUnanswered(sent[:10]); span != 0 || n != 0 {
+		t.Errorf("all answered: %v, %d; want 0, 0", span, n)
 	}
 }

@@ -73,6 +73,12 @@ func (c *cluster) checkGuestDockerNode(t *testing.T, v *vm) {
 	if len(starts) != 2 {
 		t.Fatalf("the node's log after docker restart has %d runs of nodeinit; want 2", len(starts))
 	}
+	// The first run's lines are the restart's stop: its own drain.
+	d := drainOf(k.log(), starts[0].at, starts[1].at)
+	for _, p := range d.problems {
+		t.Errorf("docker restart's drain: %s", p)
+	}
+	t.Logf("docker restart's drain: %v from PrepareForShutdown to its end; the kubelet's TERM %v after it", (d.over - d.began).Round(time.Millisecond), (d.term - d.over).Round(time.Millisecond))
 	k.since = starts[1].at
 	deadline := time.Now().Add(5 * time.Minute)
 	for n = k.getNode(); !n.ready() || !n.condition("Ready").LastTransitionTime.After(was); n = k.getNode() {

@@ -148,9 +148,45 @@ func (c *cluster) checkHostShutdown(t *testing.T, share, stores string, drain bo
 		if !strings.Contains(log, "The host is shutting down: draining the node") {
 			t.Errorf("nodeinit's log lacks %q", "The host is shutting down: draining the node")
 		}
+		for _, p := range hostDrainProblems(log) {
+			t.Errorf("the host's shutdown: %s", p)
+		}
 	} else if marker > 0 {
 		t.Errorf("with --drain-on-host-shutdown=false the preStop hook wrote %s before the power-down (%v after poweroff)", hostDrainMarker, marker)
 	}
+}
+
+// hostDrainProblems reads nodeinit's log of a host's shutdown: one drain
+// in all, for the host's shutdown ("Draining the node for the host's
+// shutdown"; the container's own stop that follows must not drain again),
+// over because the node drained, and the host's lock released once, only
+// after the drain was over. It returns what is wrong.
+func hostDrainProblems(log string) []string {
+	var drains, overs, releases []logLine
+	for _, l := range nodeinitLines(log) {
+		switch {
+		case strings.Contains(l.text, `"Draining the node for the host's shutdown"`), strings.Contains(l.text, `"Draining the node before the executor stops"`):
+			drains = append(drains, l)
+		case strings.Contains(l.text, `"Drain over"`):
+			overs = append(overs, l)
+		case strings.Contains(l.text, `"Released the shutdown delay lock on the host's logind`):
+			releases = append(releases, l)
+		}
+	}
+	if len(drains) != 1 || len(overs) != 1 || len(releases) != 1 {
+		return []string{fmt.Sprintf("nodeinit's log has %d drains, %d ends of one and %d releases of the host's lock; want one of each", len(drains), len(overs), len(releases))}
+	}
+	var problems []string
+	if !strings.Contains(drains[0].text, `"Draining the node for the host's shutdown"`) {
+		problems = append(problems, "the one drain was not the host's: "+drains[0].text)
+	}
+	if !strings.Contains(overs[0].text, `reason="the node has drained"`) {
+		problems = append(problems, "the drain was over for another reason than the kubelet's release: "+overs[0].text)
+	}
+	if overs[0].at < drains[0].at || releases[0].at < overs[0].at {
+		problems = append(problems, fmt.Sprintf("the drain began at %v and was over at %v, the host's lock released at %v: want the release after the drain", drains[0].at, overs[0].at, releases[0].at))
+	}
+	return problems
 }
 
 // setGuestInhibitDelay raises the guest's logind's InhibitDelayMaxSec to
@@ -296,4 +332,30 @@ func longestWait(journal string, n int) string {
 	out := slices.Clone(lines[max(0, at-n):at])
 	out = append(out, fmt.Sprintf("    ... %.1f s ...", gap))
 	return strings.Join(append(out, lines[at:min(len(lines), at+n)]...), "\n")
+}
+
+// TestHostDrainProblems: the host's lock released after the drain, once,
+// after one drain; a release before the drain's end or a second drain fail.
+func TestHostDrainProblems(t *testing.T) {
+	const (
+		drain    = `I1203 10:00:01.000000       1 supervisor.go:1] "Draining the node for the host's shutdown" timeout="30s"`
+		over     = `I1203 10:00:09.000000       1 supervisor.go:1] "Drain over" reason="the node has drained"`
+		release  = `I1203 10:00:09.100000       1 client.go:1] "Released the shutdown delay lock on the host's logind: the host's shutdown goes on"`
+		early    = `I1203 10:00:05.000000       1 client.go:1] "Released the shutdown delay lock on the host's logind: the host's shutdown goes on"`
+		again    = `I1203 10:00:12.000000       1 supervisor.go:1] "Draining the node before the executor stops" signal="SIGTERM"`
+		noSecond = `I1203 10:00:12.000000       1 supervisor.go:1] "The node has drained for the host's shutdown already: no second drain" signal="SIGTERM"`
+	)
+	for _, c := range []struct {
+		log  []string
+		want int
+	}{
+		{[]string{drain, over, release, noSecond}, 0},
+		{[]string{drain, early, over}, 1},
+		{[]string{drain, over, release, again}, 1},
+		{[]string{drain, over}, 1},
+	} {
+		if p := hostDrainProblems(strings.Join(c.log, "\n")); len(p) != c.want {
+			t.Errorf("%q: problems %q; want %d", c.log, p, c.want)
+		}
+	}
 }

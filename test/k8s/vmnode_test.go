@@ -439,6 +439,59 @@ func checkGuestOOMScores(t *testing.T, v *vm, k *kubeNode) {
 	t.Logf("oom_score_adj in the guest: %v; %s", got, lowered.text)
 }
 
+// guestDrain is one drain before a stop, as nodeinit's log has it: when it
+// began, was over and the executor got its TERM (times of day), and what
+// is wrong with it.
+type guestDrain struct {
+	began, over, term time.Duration
+	problems          []string
+}
+
+// drainOf reads the drain of one run of nodeinit from its log, the lines
+// from time of day from to to: one drain ("Draining the node before the
+// executor stops"), the kubelet's lock released after it began, the drain
+// over for that reason, and only then the TERM forwarded to the executor.
+func drainOf(log string, from, to time.Duration) guestDrain {
+	var d guestDrain
+	var drains, released, overs, terms []time.Duration
+	for _, l := range nodeinitLines(log) {
+		if l.at < from || l.at >= to {
+			continue
+		}
+		switch {
+		case strings.Contains(l.text, `"Draining the node before the executor stops"`):
+			drains = append(drains, l.at)
+		case strings.Contains(l.text, `"Released a shutdown delay inhibitor" who="kubelet"`):
+			released = append(released, l.at)
+		case strings.Contains(l.text, `"Drain over"`):
+			overs = append(overs, l.at)
+			if !strings.Contains(l.text, `reason="the node has drained"`) {
+				d.problems = append(d.problems, "the drain was over for another reason than the kubelet's release: "+l.text)
+			}
+		case strings.Contains(l.text, `"Forwarded signal to the executor"`):
+			terms = append(terms, l.at)
+		}
+	}
+	if len(drains) != 1 || len(overs) != 1 || len(terms) == 0 || len(released) == 0 {
+		d.problems = append(d.problems, fmt.Sprintf("nodeinit's log of the run has %d drains, %d ends of one, %d releases of the kubelet's lock and %d signals forwarded to the executor; want one drain, one end, a release and a TERM",
+			len(drains), len(overs), len(released), len(terms)))
+		return d
+	}
+	d.began, d.over, d.term = drains[0], overs[0], terms[0]
+	// The release ends the drain, but the bus's line for it can come a
+	// few milliseconds after "Drain over" and the TERM (seen: 8 and 48 ms).
+	if !slices.ContainsFunc(released, func(r time.Duration) bool { return r >= d.began }) {
+		d.problems = append(d.problems, fmt.Sprintf("the kubelet released its lock at %v, never after the drain began at %v", released, d.began))
+	}
+	if d.over < d.began {
+		d.problems = append(d.problems, fmt.Sprintf("the drain was over at %v, before it began at %v", d.over, d.began))
+	}
+	if d.term < d.over {
+		d.problems = append(d.problems, fmt.Sprintf("the executor got its TERM at %v, before the drain was over at %v", d.term, d.over))
+	}
+	return d
+}
+
 // checkGuestMachineID reports the Node's machineID and checks it is a
 // machine-id: the node image's own (generated, kept in
 // /var/lib/kubelet/nodeinit) in a pid namespace of its own, as the README
@@ -452,12 +505,17 @@ func checkGuestMachineID(t *testing.T, v *vm, n node) {
 	if !nodeidentity.Valid(id) {
 		t.Errorf("MACHINE-ID ON A SYSTEMD HOST: the Node's machineID is %q, not a machine-id; the node image in podman on a systemd host must report one of its own", id)
 	}
+	if id == host {
+		t.Errorf("MACHINE-ID ON A SYSTEMD HOST: the Node's machineID %q is the guest's own /etc/machine-id; the node image in a pid namespace of its own must report one of its own", id)
+	}
 }
 
 // stopAndCheckGuestDrained is stopAndCheckDrained for the node in the
 // guest: podman stop drains the node (PrepareForShutdown, the kubelet's
 // preStop hook and pod shutdown, the lock released before the kubelet's
 // TERM) and the container exits 0 within the delay and the grace period.
+// The checks of nodeinit's log read this run's lines only (from k.since):
+// a restarted container's log holds every run.
 func (k *kubeNode) stopAndCheckGuestDrained(v *vm) {
 	t := k.t
 	t.Helper()
@@ -473,13 +531,11 @@ func (k *kubeNode) stopAndCheckGuestDrained(v *vm) {
 	if took > 75*time.Second {
 		t.Errorf("the stop took %v, more than the delay and the grace period", took)
 	}
-	log := k.log()
-	for _, want := range []string{`"Draining the node before the executor stops"`, `"Drain over" reason="the node has drained"`,
-		`"Released a shutdown delay inhibitor" who="kubelet"`} {
-		if !strings.Contains(log, want) {
-			t.Errorf("nodeinit's log lacks %s", want)
-		}
+	d := drainOf(k.log(), k.since, 24*time.Hour)
+	for _, p := range d.problems {
+		t.Errorf("the stop's drain: %s", p)
 	}
+	t.Logf("the stop's drain: %v from PrepareForShutdown to its end; the kubelet's TERM %v after it", (d.over - d.began).Round(time.Millisecond), (d.term - d.over).Round(time.Millisecond))
 	if out, err := v.sshTimeout(time.Minute, "cat "+guestDrainDir+"/prestop"); err != nil {
 		t.Errorf("the pod's preStop hook did not run: %v", err)
 	} else {
@@ -511,5 +567,40 @@ func (k *kubeNode) stopAndCheckGuestDrained(v *vm) {
 	}
 	if n := k.getNode(); !strings.Contains(n.condition("Ready").Message, "shutting down") {
 		t.Errorf("the Node does not show the shutdown: Ready is %+v", n.condition("Ready"))
+	}
+}
+
+// TestDrainOfOneRun reads the drain of one run of nodeinit from a log that
+// holds two (a container restarted): each run's own lines decide, and a
+// TERM before the drain's end, a second drain or none fail.
+func TestDrainOfOneRun(t *testing.T) {
+	run := func(h int, termFirst bool) []string {
+		at := func(s int) string { return fmt.Sprintf("I1203 %02d:00:%02d.000000       1 ", h, s) }
+		lines := []string{at(0) + `shutdown.go:1] "Starting nodeinit"`,
+			at(10) + `supervisor.go:1] "Draining the node before the executor stops" signal="SIGTERM"`,
+			at(20) + `inhibit_linux.go:1] "Released a shutdown delay inhibitor" who="kubelet" pid=9`,
+			at(20) + `supervisor.go:1] "Drain over" reason="the node has drained"`,
+			at(21) + `supervisor.go:1] "Forwarded signal to the executor" signal="SIGTERM"`}
+		if termFirst {
+			lines[4] = at(5) + `supervisor.go:1] "Forwarded signal to the executor" signal="SIGTERM"`
+		}
+		return lines
+	}
+	hour := func(h int) time.Duration { return time.Duration(h) * time.Hour }
+	for _, c := range []struct {
+		name     string
+		log      []string
+		from, to time.Duration
+		problems int
+	}{
+		{"the first run, drained", append(run(1, false), run(2, true)...), hour(1), hour(2), 0},
+		{"the second run, its TERM before its drain", append(run(1, false), run(2, true)...), hour(2), hour(3), 1},
+		{"both runs as one", append(run(1, false), run(2, false)...), hour(1), hour(3), 1},
+		{"a run without a drain", run(1, false)[:1], hour(1), hour(2), 1},
+	} {
+		slices.SortFunc(c.log, strings.Compare)
+		if d := drainOf(strings.Join(c.log, "\n"), c.from, c.to); len(d.problems) != c.problems {
+			t.Errorf("%s: problems %q; want %d", c.name, d.problems, c.problems)
+		}
 	}
 }

@@ -16,6 +16,10 @@
 //     writes them, each followed from its open descriptor to its end, so
 //     nothing is lost when the kubelet removes a deleted pod's logs.
 //
+// A record it cannot write ends it with exit code 1 and the error on its
+// standard error: the test, which counts the requests it sees and checks
+// the watch still runs, then fails rather than read a record with holes.
+//
 // Usage: guestwatch SERVICE-IP DIR. It runs until killed.
 package main
 
@@ -55,6 +59,12 @@ func main() {
 	sampleLock(locks)
 }
 
+// fail ends the watch on an error it cannot record around.
+func fail(what string, err error) {
+	fmt.Fprintf(os.Stderr, "guestwatch: %s: %v\n", what, err)
+	os.Exit(1)
+}
+
 func stamp() string { return strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', 6, 64) }
 
 // request asks the Service every 50 ms, each request in a goroutine of
@@ -64,7 +74,9 @@ func request(ip string, out *os.File) {
 	lines := make(chan string, 64)
 	go func() {
 		for l := range lines {
-			_, _ = out.WriteString(l)
+			if _, err := out.WriteString(l); err != nil {
+				fail("write requests.log", err)
+			}
 		}
 	}()
 	for range time.Tick(50 * time.Millisecond) {
@@ -92,7 +104,9 @@ func sampleLock(out *os.File) {
 	last := ""
 	for range time.Tick(20 * time.Millisecond) {
 		if who := holder(); who != last {
-			_, _ = out.WriteString(stamp() + " " + who + "\n")
+			if _, err := out.WriteString(stamp() + " " + who + "\n"); err != nil {
+				fail("write lock.log", err)
+			}
 			last = who
 		}
 	}
@@ -155,19 +169,17 @@ func followLogs(dir string) {
 			}
 			dst := filepath.Join(dir, strings.TrimPrefix(f, "/var/log/pods/"))
 			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				in.Close()
-				continue
+				fail("copy of "+f, err)
 			}
 			out, err := os.Create(dst)
 			if err != nil {
-				in.Close()
-				continue
+				fail("copy of "+f, err)
 			}
 			followed[f] = true
 			go func() {
 				for {
 					if _, err := io.Copy(out, in); err != nil {
-						return
+						fail("copy of "+f, err)
 					}
 					time.Sleep(100 * time.Millisecond)
 				}
