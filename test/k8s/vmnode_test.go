@@ -59,7 +59,7 @@ const guestDrainDir = "/var/lib/nodeinit-vm-drain"
 // under "guest", each of which puts the guest back for the next; the
 // host's shutdown cases boot a guest each, which they power off. The times
 // it prints (image, boot, Node Ready, stop, the host's shutdown) are the
-// ones README.md quotes.
+// ones docs/testing.md quotes.
 func TestModernHost(t *testing.T) {
 	c := getCluster(t)
 	c.buildNodeImage(t)
