@@ -12,8 +12,18 @@ import (
 // written in the file and on the command line as a Kubernetes quantity.
 type Mebibytes int
 
-// maxMebibytes is 8Ei, the most bytes an int64 holds.
-const maxMebibytes = 1 << 43
+// maxMebibytes is the largest log file size: 8Ei, the most bytes an int64
+// holds, where an int has 64 bits; 1Pi where it has 32 (arm/v7, 386), the
+// largest binary unit a 32-bit Mebibytes holds. Both are beyond any disk.
+const maxMebibytes = 1 << 30 << (13 * (bits.UintSize / 64))
+
+// maxQuantity writes maxMebibytes as a quantity, for messages.
+func maxQuantity() string {
+	if bits.UintSize == 32 {
+		return "1Pi"
+	}
+	return "8Ei"
+}
 
 var errSize = errors.New(`must be a quantity like "10Mi", "1.5Gi", "500M" or plain bytes`)
 
@@ -80,7 +90,7 @@ func parseSize(s string) (Mebibytes, error) {
 	return Mebibytes(max(q, 1)), nil
 }
 
-var errTooLarge = errors.New("must be at most 8Ei")
+var errTooLarge = errors.New("must be at most " + maxQuantity())
 
 func digits(s string) bool {
 	for _, c := range s {

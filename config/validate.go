@@ -74,7 +74,7 @@ func (c *Config) Validate() []FieldError {
 
 	v.text("logging.dir", c.Logging.Dir)
 	if c.Logging.MaxSize < 1 || c.Logging.MaxSize > maxMebibytes {
-		v.add(ErrorTypeInvalid, "logging.maxSize", c.Logging.MaxSize, "must be between 1Mi and 8Ei")
+		v.add(ErrorTypeInvalid, "logging.maxSize", c.Logging.MaxSize, "must be between 1Mi and "+maxQuantity())
 	}
 	v.nonNegative("logging.maxBackups", int64(c.Logging.MaxBackups))
 	v.nonNegative("logging.maxAge", int64(c.Logging.MaxAge))

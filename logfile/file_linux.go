@@ -72,9 +72,10 @@ func openFile(dir *logDir, name string, rot Rotation) (*rotatingFile, error) {
 }
 
 // maxBytes is a size of mib MiB in bytes, at most the largest int64: the
-// configuration allows up to 8 EiB, one byte more.
+// configuration allows up to 8 EiB, one byte more. The comparison is in
+// int64: an int on arm/v7 and 386 cannot hold 1<<43 (and never reaches it).
 func maxBytes(mib int) int64 {
-	if mib >= 1<<43 {
+	if int64(mib) >= 1<<43 {
 		return math.MaxInt64
 	}
 	return int64(mib) << 20

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
@@ -100,7 +101,9 @@ func run(args []string) int {
 		return 0
 	}
 	if c.version {
-		fmt.Println("nodeinit", version)
+		// The platform too: an image index carries one binary per
+		// architecture, and this says which one a node got.
+		fmt.Println("nodeinit", version, runtime.GOOS+"/"+runtime.GOARCH)
 		return 0
 	}
 	// Process-wide, once: opencontainers/cgroups logs through logrus.

@@ -164,7 +164,9 @@ func hold(arg string) {
 			unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0) // the parent died before the line above
 		}
 		for {
-			unix.RawSyscall(unix.SYS_PAUSE, 0, 0, 0)
+			// ppoll with nothing to wait for is pause(2), which arm64,
+			// riscv64 and loong64 lack.
+			unix.RawSyscall6(unix.SYS_PPOLL, 0, 0, 0, 0, 0, 0)
 		}
 	})
 	fmt.Println("holding", n)
