@@ -287,7 +287,10 @@ func TestParseNftReply(t *testing.T) {
 		return b
 	}
 	// nfgenmsg, then NFTA_CHAIN_TABLE "nat" (an attribute of 8 bytes).
-	chain := []byte{unix.AF_INET, 0, 0, 0, 8, 0, unix.NFTA_CHAIN_TABLE, 0, 'n', 'a', 't', 0}
+	// The attribute's header is in host order, as the kernel writes it.
+	chain := []byte{unix.AF_INET, 0, 0, 0, 0, 0, 0, 0, 'n', 'a', 't', 0}
+	ne.PutUint16(chain[4:], 8)
+	ne.PutUint16(chain[6:], unix.NFTA_CHAIN_TABLE)
 	newChain := uint16(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWCHAIN)
 	errMsg := make([]byte, 4)
 	code := -int32(unix.EPERM)
