@@ -232,11 +232,6 @@ func Setenv(env []string, key, value string) []string {
 	return append(out, key+"="+value)
 }
 
-// Getenv is a variable of the command's own environment; look the program
-// up in Getenv("PATH"), not in nodeinit's PATH: --path-override and
-// $PWD/bin apply to the children.
-func (c Command) Getenv(key string) string { return getenv(c.Env, key) }
-
 // WriteFlags prints each command's line, shell-quoted, one per line: what
 // --write-flags shows.
 func WriteFlags(w io.Writer, cmds ...Command) error {
