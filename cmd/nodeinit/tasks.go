@@ -43,24 +43,20 @@ func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig, pl
 		klog.InfoS("Stdin is nodeinit's controlling terminal: the executor's process group gets its foreground")
 	}
 	if cfg.Proxy.Run {
-		px := node.Proxy(cfg, env, plan.ProxyArgs...)
-		// The proxy reads nothing; a terminal on stdin stays the executor's.
-		devNull, err := os.Open(os.DevNull)
+		px, err := sidecar("proxy", node.Proxy(cfg, env, plan.ProxyArgs...))
 		if err != nil {
 			klog.ErrorS(err, "Cannot open the proxy's stdin")
 			return sc, closeLogs, exitFailure
 		}
-		sc.Proxy = &supervisor.Task{Name: "proxy", Path: px.Path, Args: px.Args, Env: px.Env,
-			Stdin: devNull, Stdout: os.Stdout, Stderr: os.Stderr}
+		sc.Proxy = px
 	}
-	if rt, ok := node.Runtime(cfg, env); ok {
-		devNull, err := os.Open(os.DevNull)
+	if cmd, ok := node.Runtime(cfg, env); ok {
+		rt, err := sidecar("runtime", cmd)
 		if err != nil {
 			klog.ErrorS(err, "Cannot open the runtime's stdin")
 			return sc, closeLogs, exitFailure
 		}
-		sc.Runtime = &supervisor.Task{Name: "runtime", Path: rt.Path, Args: rt.Args, Env: rt.Env,
-			Stdin: devNull, Stdout: os.Stdout, Stderr: os.Stderr}
+		sc.Runtime = rt
 		sc.RuntimeProbe = &cri.Probe{Socket: cfg.Runtime.Socket}
 		sc.RuntimeSocket, sc.RuntimeWait = cfg.Runtime.Socket, cfg.Runtime.WaitTimeout.Duration
 		_, lines := node.RuntimeEndpoint(cfg, cfg.Executor.Args, kubelet)
@@ -97,4 +93,15 @@ func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig, pl
 			klog.ErrorS(err, "Cannot close the log files")
 		}
 	}, 0
+}
+
+// sidecar is a task that reads nothing, the proxy or the runtime: its stdin
+// is /dev/null, and a terminal on nodeinit's stays the executor's.
+func sidecar(name string, c node.Command) (*supervisor.Task, error) {
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	return &supervisor.Task{Name: name, Path: c.Path, Args: c.Args, Env: c.Env,
+		Stdin: devNull, Stdout: os.Stdout, Stderr: os.Stderr}, nil
 }

@@ -57,13 +57,17 @@ func (s *Supervisor) executorEnded(e reaper.Exit) {
 	}
 }
 
-func (s *Supervisor) proxyEnded(e reaper.Exit) {
-	ran := s.ended(s.proxy, e)
+func (s *Supervisor) proxyEnded(e reaper.Exit) { s.respawnedEnded(s.proxy, "Proxy ended", e) }
+
+// respawnedEnded records the end of the proxy or the runtime (logged as
+// ended) and, before the shutdown, starts it again after its backoff.
+func (s *Supervisor) respawnedEnded(t *task, ended string, e reaper.Exit) {
+	ran := s.ended(t, e)
 	if s.phase >= shutdown {
-		klog.InfoS("Proxy ended", "pid", e.Pid, "status", e.String())
+		klog.InfoS(ended, "pid", e.Pid, "status", e.String())
 		return
 	}
-	s.scheduleRespawn(s.proxy, ran, e.String())
+	s.scheduleRespawn(t, ran, e.String())
 }
 
 // ended records a task's end and returns how long it ran.
