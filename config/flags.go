@@ -40,42 +40,66 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	fs.StringVar(&f.configFile, "config", "", "read settings from this "+Kind+" `FILE` (YAML or JSON); flags given on the command line override it")
 	fs.BoolVar(&f.writeFlags, "write-flags", false, "print the executor's and the proxy's final command lines, shell-quoted, and exit without starting anything")
 
-	// Core.
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Proxy.Run }, "run-proxy", "proxy.run",
-		"run the proxy (kube-proxy) next to the executor, restarting it when it exits")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Path }, "proxy-path", "proxy.path",
-		"the proxy `PROGRAM`: a path, or a name looked up in the children's PATH")
-	add(f, fs.StringArrayVar, func(c *Config) *[]string { return &c.Proxy.Args }, "proxy-arg", "proxy.args",
-		"an `ARG` passed to the proxy verbatim after the ones nodeinit builds (repeat for more; replaces proxy.args of the config file)")
-	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.ShutdownGracePeriod.Duration }, "shutdown-grace-period", "shutdownGracePeriod",
-		"how long the executor and the proxy get to exit after TERM before they are killed")
-	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.RestartBackoff.Initial.Duration }, "proxy-restart-backoff", "proxy.restartBackoff.initial",
-		"wait this long before restarting the proxy the first time; the wait doubles on each further exit")
-	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.RestartBackoff.Max.Duration }, "proxy-restart-backoff-max", "proxy.restartBackoff.max",
-		"the longest wait before restarting the proxy")
-	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.RestartBackoff.Reset.Duration }, "proxy-restart-backoff-reset", "proxy.restartBackoff.reset",
-		"a proxy that ran this long before exiting is restarted after the shortest wait again")
-
-	// The container runtime, when nodeinit runs it.
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Runtime.Path }, "runtime-path", "runtime.path",
-		"run this container runtime `PROGRAM` (containerd) as the node's: started first, the proxy and the executor once it answers on --runtime-socket, respawned with the proxy's backoff, stopped last; a path, or a name looked up in the children's PATH (empty: none, the node uses the host's runtime)")
-	add(f, fs.StringArrayVar, func(c *Config) *[]string { return &c.Runtime.Args }, "runtime-arg", "runtime.args",
-		"an `ARG` passed to the runtime verbatim (repeat for more; replaces runtime.args of the config file)")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Runtime.Socket }, "runtime-socket", "runtime.socket",
-		"the unix socket `PATH` the runtime serves the CRI on: the proxy and the executor start once a CRI Version call there succeeds")
-	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.Runtime.WaitTimeout.Duration }, "runtime-wait-timeout", "runtime.waitTimeout",
-		"how long the runtime has to answer on --runtime-socket; past it nodeinit stops it and exits 1")
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Runtime.PassEndpoint }, "pass-runtime-endpoint", "runtime.passEndpoint",
-		"with --runtime-path, pass the executor --container-runtime-endpoint=unix://<--runtime-socket> where neither its arguments nor its kubelet configuration name an endpoint")
-
+	f.addCoreFlags()
+	f.addRuntimeFlags()
 	// Node configuration: what the proxy and the executor are given.
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Proxy.BindAll }, "proxy-bindall", "proxy.bindAll",
+	f.addProxyFlags()
+	f.addExecutorFlags()
+	f.addLoggingFlags()
+	f.addGracefulShutdownFlags()
+	f.addContainerCheckFlags()
+	add(f, fs.StringVar, func(c *Config) *string { return &c.ReadyURL }, "ready-url", "readyURL",
+		"with NOTIFY_SOCKET set, report READY=1 only once this `URL` answers 200 (e.g. the kubelet's http://127.0.0.1:10248/healthz)")
+	f.addMountNamespaceFlags()
+	f.addCgroupFlags()
+	f.addIdentityFlags()
+	return f
+}
+
+// addCoreFlags defines the flags of the proxy's program, arguments and
+// restarts, and the grace period of a stop.
+func (f *Flags) addCoreFlags() {
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.Proxy.Run }, "run-proxy", "proxy.run",
+		"run the proxy (kube-proxy) next to the executor, restarting it when it exits")
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Proxy.Path }, "proxy-path", "proxy.path",
+		"the proxy `PROGRAM`: a path, or a name looked up in the children's PATH")
+	add(f, f.fs.StringArrayVar, func(c *Config) *[]string { return &c.Proxy.Args }, "proxy-arg", "proxy.args",
+		"an `ARG` passed to the proxy verbatim after the ones nodeinit builds (repeat for more; replaces proxy.args of the config file)")
+	add(f, f.fs.DurationVar, func(c *Config) *time.Duration { return &c.ShutdownGracePeriod.Duration }, "shutdown-grace-period", "shutdownGracePeriod",
+		"how long the executor and the proxy get to exit after TERM before they are killed")
+	add(f, f.fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.RestartBackoff.Initial.Duration }, "proxy-restart-backoff", "proxy.restartBackoff.initial",
+		"wait this long before restarting the proxy the first time; the wait doubles on each further exit")
+	add(f, f.fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.RestartBackoff.Max.Duration }, "proxy-restart-backoff-max", "proxy.restartBackoff.max",
+		"the longest wait before restarting the proxy")
+	add(f, f.fs.DurationVar, func(c *Config) *time.Duration { return &c.Proxy.RestartBackoff.Reset.Duration }, "proxy-restart-backoff-reset", "proxy.restartBackoff.reset",
+		"a proxy that ran this long before exiting is restarted after the shortest wait again")
+}
+
+// addRuntimeFlags defines the flags of the container runtime, when nodeinit
+// runs it.
+func (f *Flags) addRuntimeFlags() {
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Runtime.Path }, "runtime-path", "runtime.path",
+		"run this container runtime `PROGRAM` (containerd) as the node's: started first, the proxy and the executor once it answers on --runtime-socket, respawned with the proxy's backoff, stopped last; a path, or a name looked up in the children's PATH (empty: none, the node uses the host's runtime)")
+	add(f, f.fs.StringArrayVar, func(c *Config) *[]string { return &c.Runtime.Args }, "runtime-arg", "runtime.args",
+		"an `ARG` passed to the runtime verbatim (repeat for more; replaces runtime.args of the config file)")
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Runtime.Socket }, "runtime-socket", "runtime.socket",
+		"the unix socket `PATH` the runtime serves the CRI on: the proxy and the executor start once a CRI Version call there succeeds")
+	add(f, f.fs.DurationVar, func(c *Config) *time.Duration { return &c.Runtime.WaitTimeout.Duration }, "runtime-wait-timeout", "runtime.waitTimeout",
+		"how long the runtime has to answer on --runtime-socket; past it nodeinit stops it and exits 1")
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.Runtime.PassEndpoint }, "pass-runtime-endpoint", "runtime.passEndpoint",
+		"with --runtime-path, pass the executor --container-runtime-endpoint=unix://<--runtime-socket> where neither its arguments nor its kubelet configuration name an endpoint")
+}
+
+// addProxyFlags defines the flags of what the proxy is given: its addresses,
+// mode, conntrack limits and API server.
+func (f *Flags) addProxyFlags() {
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.Proxy.BindAll }, "proxy-bindall", "proxy.bindAll",
 		"deprecated: passes --bind-address=0.0.0.0, which since Kubernetes 1.26 binds nothing and leaves kube-proxy to find the node's IP, as no address does; wins over --proxy-bind-address")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.BindAddress }, "proxy-bind-address", "proxy.bindAddress",
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Proxy.BindAddress }, "proxy-bind-address", "proxy.bindAddress",
 		"kube-proxy's --bind-address: the node's primary `IP` as kube-proxy sees it (since Kubernetes 1.26 it binds nothing); default: the first address of the executor's --node-ip, if it has one")
-	add(f, fs.Int32Var, func(c *Config) *int32 { return &c.Proxy.LogV }, "proxy-logv", "proxy.logV",
+	add(f, f.fs.Int32Var, func(c *Config) *int32 { return &c.Proxy.LogV }, "proxy-logv", "proxy.logV",
 		"the proxy's log verbosity, passed as --v")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Mode }, "proxy-mode", "proxy.mode",
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Proxy.Mode }, "proxy-mode", "proxy.mode",
 		"the proxy's `MODE`: iptables, ipvs or nftables")
 	addOptional(f, func(c *Config) **int32 { return &c.Proxy.Conntrack.MaxPerCore }, parseInt32, formatInt32, "int32",
 		"conntrack-max-per-core", "proxy.conntrack.maxPerCore",
@@ -86,69 +110,99 @@ func AddFlags(fs *pflag.FlagSet) *Flags {
 	addOptional(f, func(c *Config) **Duration { return &c.Proxy.Conntrack.TCPTimeoutEstablished }, parseDuration, Duration.String, "duration",
 		"conntrack-tcp-timeout-established", "proxy.conntrack.tcpTimeoutEstablished",
 		"kube-proxy's --conntrack-tcp-timeout-established: idle timeout of established TCP connections in conntrack; unset: kube-proxy's default (24h); 0 leaves the kernel's timeout alone")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Kubeconfig }, "proxy-kubeconfig", "proxy.kubeconfig",
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Proxy.Kubeconfig }, "proxy-kubeconfig", "proxy.kubeconfig",
 		"the kubeconfig `FILE` the proxy uses to reach the API server")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.Master }, "master", "proxy.master",
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Proxy.Master }, "master", "proxy.master",
 		"the API server's `URL` for the proxy (overrides the kubeconfig's)")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Proxy.HostnameOverride }, "hostname-override", "proxy.hostnameOverride",
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Proxy.HostnameOverride }, "hostname-override", "proxy.hostnameOverride",
 		"the node `NAME` the proxy uses instead of the host name (lower-cased)")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.PathOverride }, "path-override", "pathOverride",
+}
+
+// addExecutorFlags defines the flags of what the executor is given: its
+// PATH, its cgroup root and its sizing.
+func (f *Flags) addExecutorFlags() {
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.PathOverride }, "path-override", "pathOverride",
 		"the `PATH` for the executor and the proxy instead of nodeinit's own ($PWD/bin is appended either way)")
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Executor.ContainPodResources }, "contain-pod-resources", "executor.containPodResources",
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.Executor.ContainPodResources }, "contain-pod-resources", "executor.containPodResources",
 		"keep pods inside this container's cgroup by passing --cgroup-root=<that cgroup> to the executor, where the kubelet can use it and the executor sets no cgroup root itself")
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Executor.SizeNodeToContainer }, "size-node-to-container", "executor.sizeNodeToContainer",
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.Executor.SizeNodeToContainer }, "size-node-to-container", "executor.sizeNodeToContainer",
 		"when the kubelet's cgroup root or an ancestor limits memory, CPU or pids, pass the executor --system-reserved so that the Node's allocatable fits in those limits (the kubelet's own larger systemReserved holds)")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Logging.Dir }, "log-dir", "logging.dir",
+}
+
+// addLoggingFlags defines the flags of the children's output in rotated log
+// files (--log-dir).
+func (f *Flags) addLoggingFlags() {
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Logging.Dir }, "log-dir", "logging.dir",
 		"write the executor's, the proxy's and the runtime's output to executor.log, proxy.log and runtime.log in this `DIR`, rotated, instead of stdout")
 	addValue(f, func(c *Config) *Mebibytes { return &c.Logging.MaxSize }, "max-log-size", "logging.maxSize",
 		"rotate a log file of --log-dir at this size: a quantity like 10Mi or 1Gi, or bytes; rounded to whole MiB")
-	add(f, fs.IntVar, func(c *Config) *int { return &c.Logging.MaxBackups }, "max-log-backups", "logging.maxBackups",
+	add(f, f.fs.IntVar, func(c *Config) *int { return &c.Logging.MaxBackups }, "max-log-backups", "logging.maxBackups",
 		"the `COUNT` of rotated log files to keep per child (0 keeps all)")
-	add(f, fs.IntVar, func(c *Config) *int { return &c.Logging.MaxAge }, "max-log-age", "logging.maxAge",
+	add(f, f.fs.IntVar, func(c *Config) *int { return &c.Logging.MaxAge }, "max-log-age", "logging.maxAge",
 		"`DAYS` to keep rotated log files (0 keeps them regardless of age)")
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.GracefulNodeShutdown.Enabled }, "graceful-node-shutdown", "gracefulNodeShutdown.enabled",
-		"on TERM or INT, let the kubelet drain the node's pods before it gets the signal: nodeinit serves it the login1 D-Bus API of systemd-logind (its Graceful Node Shutdown)")
-	add(f, fs.DurationVar, func(c *Config) *time.Duration { return &c.GracefulNodeShutdown.Delay.Duration }, "graceful-node-shutdown-delay", "gracefulNodeShutdown.delay",
-		"the longest the drain may take, reported to the kubelet as logind's InhibitDelayMaxUSec (0: the kubelet's shutdownGracePeriod from its --config, at least 5s)")
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.GracefulNodeShutdown.SystemBusPassThrough }, "system-bus-pass-through", "gracefulNodeShutdown.systemBusPassThrough",
-		"with --graceful-node-shutdown, pass the executor's D-Bus messages that are not for logind on to the container's own system bus, where it has one")
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.GracefulNodeShutdown.DrainOnHostShutdown }, "drain-on-host-shutdown", "gracefulNodeShutdown.drainOnHostShutdown",
-		"with --graceful-node-shutdown, where the container has the host's system bus, hold a delay lock on the host's logind and drain the node when the host shuts down (reboot, poweroff, the power button); the executor runs on until the container is stopped")
-	add(f, fs.StringSliceVar, func(c *Config) *[]string { return &c.ContainerChecks.Skip }, "skip-container-checks", "containerChecks.skip",
-		"leave out these `CHECKS` of the container and what nodeinit adjusts for them, comma-separated: "+strings.Join(ContainerCheckNames, ", ")+", or all")
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.ContainerChecks.RaiseInotifyLimits }, "raise-inotify-limits", "containerChecks.raiseInotifyLimits",
-		"raise the host's fs.inotify.max_user_instances and max_user_watches to what a node needs when they are lower and writable, instead of only warning")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.ContainerChecks.IPTablesBackend }, "iptables-backend", "containerChecks.iptablesBackend",
-		"the iptables `BACKEND` whose commands the executor and the proxy find first in PATH: auto (the one the network namespace's rules are in), legacy, nft, or none (PATH as it is)")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.ReadyURL }, "ready-url", "readyURL",
-		"with NOTIFY_SOCKET set, report READY=1 only once this `URL` answers 200 (e.g. the kubelet's http://127.0.0.1:10248/healthz)")
+}
 
-	// Mount namespace and cgroups.
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.MountNamespace.Private }, "private-mountns", "mountNamespace.private",
+// addGracefulShutdownFlags defines the flags of the kubelet's graceful node
+// shutdown: the login1 bus, the pass-through, the host's shutdown.
+func (f *Flags) addGracefulShutdownFlags() {
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.GracefulNodeShutdown.Enabled }, "graceful-node-shutdown", "gracefulNodeShutdown.enabled",
+		"on TERM or INT, let the kubelet drain the node's pods before it gets the signal: nodeinit serves it the login1 D-Bus API of systemd-logind (its Graceful Node Shutdown)")
+	add(f, f.fs.DurationVar, func(c *Config) *time.Duration { return &c.GracefulNodeShutdown.Delay.Duration }, "graceful-node-shutdown-delay", "gracefulNodeShutdown.delay",
+		"the longest the drain may take, reported to the kubelet as logind's InhibitDelayMaxUSec (0: the kubelet's shutdownGracePeriod from its --config, at least 5s)")
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.GracefulNodeShutdown.SystemBusPassThrough }, "system-bus-pass-through", "gracefulNodeShutdown.systemBusPassThrough",
+		"with --graceful-node-shutdown, pass the executor's D-Bus messages that are not for logind on to the container's own system bus, where it has one")
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.GracefulNodeShutdown.DrainOnHostShutdown }, "drain-on-host-shutdown", "gracefulNodeShutdown.drainOnHostShutdown",
+		"with --graceful-node-shutdown, where the container has the host's system bus, hold a delay lock on the host's logind and drain the node when the host shuts down (reboot, poweroff, the power button); the executor runs on until the container is stopped")
+}
+
+// addContainerCheckFlags defines the flags of the checks of the container
+// and what nodeinit adjusts for them.
+func (f *Flags) addContainerCheckFlags() {
+	add(f, f.fs.StringSliceVar, func(c *Config) *[]string { return &c.ContainerChecks.Skip }, "skip-container-checks", "containerChecks.skip",
+		"leave out these `CHECKS` of the container and what nodeinit adjusts for them, comma-separated: "+strings.Join(ContainerCheckNames, ", ")+", or all")
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.ContainerChecks.RaiseInotifyLimits }, "raise-inotify-limits", "containerChecks.raiseInotifyLimits",
+		"raise the host's fs.inotify.max_user_instances and max_user_watches to what a node needs when they are lower and writable, instead of only warning")
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.ContainerChecks.IPTablesBackend }, "iptables-backend", "containerChecks.iptablesBackend",
+		"the iptables `BACKEND` whose commands the executor and the proxy find first in PATH: auto (the one the network namespace's rules are in), legacy, nft, or none (PATH as it is)")
+}
+
+// addMountNamespaceFlags defines the flags of nodeinit's mount namespace and
+// the propagation of /.
+func (f *Flags) addMountNamespaceFlags() {
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.MountNamespace.Private }, "private-mountns", "mountNamespace.private",
 		"run in a mount namespace of its own that receives the host's mounts but does not leak its own (slave propagation)")
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.MountNamespace.MakeRShared }, "make-rshared", "mountNamespace.makeRShared",
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.MountNamespace.MakeRShared }, "make-rshared", "mountNamespace.makeRShared",
 		"make / recursively shared, so mounts made by pods reach the host (cannot be combined with --private-mountns)")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.Parent }, "cgroup-parent", "cgroup.parent",
+}
+
+// addCgroupFlags defines the flags of the cgroup nodeinit joins and what it
+// does there on cgroup v2.
+func (f *Flags) addCgroupFlags() {
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Cgroup.Parent }, "cgroup-parent", "cgroup.parent",
 		"join this absolute `CGROUP` instead of the discovered Mesos container cgroup")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.MesosPrefix }, "mesos-cgroup-prefix", "cgroup.mesosPrefix",
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Cgroup.MesosPrefix }, "mesos-cgroup-prefix", "cgroup.mesosPrefix",
 		"the Mesos agent's --cgroups_root `ROOT`: a Mesos containerizer's container is in /ROOT/<id>, a nested one in /ROOT/<parent>/mesos/<child>")
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Cgroup.Require }, "require-cgroup", "cgroup.require",
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.Cgroup.Require }, "require-cgroup", "cgroup.require",
 		"fail when the container's cgroup cannot be found or joined, or cannot be handed to the executor as its --cgroup-root, instead of carrying on with a warning")
-	fs.Var(autoBool{&f.values.Cgroup.V2Evacuate}, "cgroup-v2-evacuate",
+	f.fs.Var(autoBool{&f.values.Cgroup.V2Evacuate}, "cgroup-v2-evacuate",
 		"on cgroup v2, move every process of the cgroup namespace's root into /init and enable all controllers in the root, so the kubelet can create pod cgroups: true, false or auto (true when nodeinit is PID 1 at the root of a v2 cgroup namespace)")
-	fs.Lookup("cgroup-v2-evacuate").NoOptDefVal = "true"
+	f.fs.Lookup("cgroup-v2-evacuate").NoOptDefVal = "true"
 	bind(f, "cgroup-v2-evacuate", "cgroup.v2Evacuate", func(c *Config) **bool { return &c.Cgroup.V2Evacuate })
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Cgroup.V2Leaf }, "cgroup-v2-leaf", "cgroup.v2Leaf",
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Cgroup.V2Leaf }, "cgroup-v2-leaf", "cgroup.v2Leaf",
 		"the `NAME` of the leaf below the joined cgroup that nodeinit uses on cgroup v2 when that cgroup enables controllers for its children, or (on a pure v2 host) offers any")
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Identity.MachineID }, "node-machine-id", "identity.machineID",
+}
+
+// addIdentityFlags defines the flags of the node's own machine-id and
+// product_uuid.
+func (f *Flags) addIdentityFlags() {
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.Identity.MachineID }, "node-machine-id", "identity.machineID",
 		"when /etc/machine-id is missing, empty, uninitialized or --image-machine-id, bind-mount a machine-id of the node's own over it: the host's when nodeinit shares the host's pid namespace, else one generated once and kept in --identity-dir")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Identity.ImageMachineID }, "image-machine-id", "identity.imageMachineID",
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Identity.ImageMachineID }, "image-machine-id", "identity.imageMachineID",
 		"the machine-`ID` baked into the node image, shared by every container of it: replaced like an uninitialized one")
-	add(f, fs.StringVar, func(c *Config) *string { return &c.Identity.Dir }, "identity-dir", "identity.dir",
+	add(f, f.fs.StringVar, func(c *Config) *string { return &c.Identity.Dir }, "identity-dir", "identity.dir",
 		"the `DIR` that keeps the node's generated machine-id and product_uuid across restarts; default: nodeinit/ in the kubelet's --root-dir")
-	add(f, fs.BoolVar, func(c *Config) *bool { return &c.Identity.ProductUUID }, "node-product-uuid", "identity.productUUID",
+	add(f, f.fs.BoolVar, func(c *Config) *bool { return &c.Identity.ProductUUID }, "node-product-uuid", "identity.productUUID",
 		"bind-mount a product_uuid of the node's own (generated once, kept in --identity-dir) over /sys/class/dmi/id/product_uuid, for several nodes on one host")
-	return f
 }
 
 // add defines a flag with a pflag XxxVar function, its default taken from Default().

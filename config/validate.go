@@ -20,14 +20,41 @@ func (c *Config) Validate() []FieldError {
 	var v validator
 	v.oneOf("kind", c.Kind, Kind)
 	v.oneOf("apiVersion", c.APIVersion, APIVersion)
+	v.executor(&c.Executor)
+	v.proxy(&c.Proxy)
+	v.runtime(&c.Runtime)
+	v.duration("shutdownGracePeriod", c.ShutdownGracePeriod, 0)
 
-	v.text("executor.path", c.Executor.Path)
-	if c.Executor.Path == "" && len(c.Executor.Args) > 0 {
+	v.text("logging.dir", c.Logging.Dir)
+	if c.Logging.MaxSize < 1 || c.Logging.MaxSize > maxMebibytes {
+		v.add(ErrorTypeInvalid, "logging.maxSize", c.Logging.MaxSize, "must be between 1Mi and "+maxQuantity())
+	}
+	v.nonNegative("logging.maxBackups", int64(c.Logging.MaxBackups))
+	v.nonNegative("logging.maxAge", int64(c.Logging.MaxAge))
+	v.nonNegative("logging.v", int64(c.Logging.V))
+
+	v.mountNamespace(&c.MountNamespace)
+	v.cgroup(&c.Cgroup)
+	v.duration("gracefulNodeShutdown.delay", c.GracefulNodeShutdown.Delay, 0)
+	v.containerChecks(&c.ContainerChecks)
+	v.identity(&c.Identity)
+	v.readyURL(c.ReadyURL)
+	v.text("pathOverride", c.PathOverride)
+	return v.errs
+}
+
+// executor checks the executor's program and arguments.
+func (v *validator) executor(e *Executor) {
+	v.text("executor.path", e.Path)
+	if e.Path == "" && len(e.Args) > 0 {
 		v.add(ErrorTypeRequired, "executor.path", nil, "executor.args are given without the program to run")
 	}
-	v.list("executor.args", c.Executor.Args)
+	v.list("executor.args", e.Args)
+}
 
-	p := &c.Proxy
+// proxy checks the proxy's settings, and those a --config file of
+// kube-proxy's would make it ignore.
+func (v *validator) proxy(p *Proxy) {
 	if p.Run && p.Path == "" {
 		v.add(ErrorTypeRequired, "proxy.path", nil, "the proxy is run (proxy.run), so its program must be named")
 	}
@@ -67,70 +94,70 @@ func (c *Config) Validate() []FieldError {
 			related: "proxy.restartBackoff.initial"})
 	}
 	v.duration("proxy.restartBackoff.reset", b.Reset, 0)
+}
 
-	v.runtime(&c.Runtime)
-
-	v.duration("shutdownGracePeriod", c.ShutdownGracePeriod, 0)
-
-	v.text("logging.dir", c.Logging.Dir)
-	if c.Logging.MaxSize < 1 || c.Logging.MaxSize > maxMebibytes {
-		v.add(ErrorTypeInvalid, "logging.maxSize", c.Logging.MaxSize, "must be between 1Mi and "+maxQuantity())
-	}
-	v.nonNegative("logging.maxBackups", int64(c.Logging.MaxBackups))
-	v.nonNegative("logging.maxAge", int64(c.Logging.MaxAge))
-	v.nonNegative("logging.v", int64(c.Logging.V))
-
-	if c.MountNamespace.Private && c.MountNamespace.MakeRShared {
+// mountNamespace checks that the mount namespace's settings agree.
+func (v *validator) mountNamespace(m *MountNamespace) {
+	if m.Private && m.MakeRShared {
 		v.errs = append(v.errs, FieldError{Type: ErrorTypeForbidden, Field: "mountNamespace.makeRShared", BadValue: true,
 			Detail:  "may not be combined with mountNamespace.private: a private namespace cannot share its mounts",
 			related: "mountNamespace.private"})
 	}
+}
 
-	v.text("cgroup.parent", c.Cgroup.Parent)
-	if p := c.Cgroup.Parent; p != "" && (!strings.HasPrefix(p, "/") || hasDotElement(p)) {
+// cgroup checks the cgroup paths: the parent, the Mesos prefix, the v2 leaf.
+func (v *validator) cgroup(g *Cgroup) {
+	v.text("cgroup.parent", g.Parent)
+	if p := g.Parent; p != "" && (!strings.HasPrefix(p, "/") || hasDotElement(p)) {
 		v.add(ErrorTypeInvalid, "cgroup.parent", p, `must be an absolute cgroup path such as "/kubepods/node", without "." or ".." elements`)
 	}
-	switch prefix := strings.Trim(c.Cgroup.MesosPrefix, "/"); {
-	case c.Cgroup.MesosPrefix == "":
+	switch prefix := strings.Trim(g.MesosPrefix, "/"); {
+	case g.MesosPrefix == "":
 		v.add(ErrorTypeRequired, "cgroup.mesosPrefix", nil, `the Mesos agent's --cgroups_root, usually "mesos"`)
 	case prefix == "" || hasDotElement(prefix) || strings.Contains(prefix, "//"):
 		// Each element must name a cgroup: an empty or "." one would make
 		// an unclean path, which the kernel resolves but /proc/self/cgroup
 		// never shows, so joining it could not be verified.
-		v.add(ErrorTypeInvalid, "cgroup.mesosPrefix", c.Cgroup.MesosPrefix,
+		v.add(ErrorTypeInvalid, "cgroup.mesosPrefix", g.MesosPrefix,
 			`must be the Mesos agent's --cgroups_root, a cgroup path such as "mesos" or "system.slice/mesos", without empty, "." or ".." elements`)
 	}
-	v.text("cgroup.mesosPrefix", c.Cgroup.MesosPrefix)
-	switch l := c.Cgroup.V2Leaf; {
+	v.text("cgroup.mesosPrefix", g.MesosPrefix)
+	switch l := g.V2Leaf; {
 	case l == "":
 		v.add(ErrorTypeRequired, "cgroup.v2Leaf", nil, "the child cgroup nodeinit moves into on cgroup v2")
 	case l == "." || l == ".." || strings.ContainsAny(l, "/\x00"):
 		v.add(ErrorTypeInvalid, "cgroup.v2Leaf", l, "must be a single cgroup directory name")
 	}
+}
 
-	v.duration("gracefulNodeShutdown.delay", c.GracefulNodeShutdown.Delay, 0)
-
-	v.oneOf("containerChecks.iptablesBackend", c.ContainerChecks.IPTablesBackend, iptablesBackends...)
-	for i, name := range c.ContainerChecks.Skip {
+// containerChecks checks the iptables backend and the checks to skip.
+func (v *validator) containerChecks(k *ContainerChecks) {
+	v.oneOf("containerChecks.iptablesBackend", k.IPTablesBackend, iptablesBackends...)
+	for i, name := range k.Skip {
 		v.oneOf(fmt.Sprintf("containerChecks.skip[%d]", i), name, append(slices.Clone(ContainerCheckNames), SkipAllChecks)...)
 	}
+}
 
-	if id := c.Identity.ImageMachineID; id != "" && !identity.Valid(id) {
+// identity checks the image's machine-id and the directory the node's ids
+// are kept in.
+func (v *validator) identity(i *Identity) {
+	if id := i.ImageMachineID; id != "" && !identity.Valid(id) {
 		v.add(ErrorTypeInvalid, "identity.imageMachineID", id, "must be a machine-id: 32 lowercase hexadecimal digits, not all zero")
 	}
-	v.text("identity.dir", c.Identity.Dir)
-	if d := c.Identity.Dir; d != "" && !strings.HasPrefix(d, "/") {
+	v.text("identity.dir", i.Dir)
+	if d := i.Dir; d != "" && !strings.HasPrefix(d, "/") {
 		v.add(ErrorTypeInvalid, "identity.dir", d, "must be an absolute path")
 	}
+}
 
-	if c.ReadyURL != "" {
-		u, err := url.Parse(c.ReadyURL)
+// readyURL checks the URL the readiness probe asks.
+func (v *validator) readyURL(ready string) {
+	if ready != "" {
+		u, err := url.Parse(ready)
 		if err != nil || u.Scheme != "http" || u.Host == "" {
-			v.add(ErrorTypeInvalid, "readyURL", c.ReadyURL, "must be an http URL (no TLS: the kubelet's healthz is plain HTTP) like http://127.0.0.1:10248/healthz")
+			v.add(ErrorTypeInvalid, "readyURL", ready, "must be an http URL (no TLS: the kubelet's healthz is plain HTTP) like http://127.0.0.1:10248/healthz")
 		}
 	}
-	v.text("pathOverride", c.PathOverride)
-	return v.errs
 }
 
 // ProxyConfigFile is the file kube-proxy reads its settings from when args

@@ -128,96 +128,26 @@ func sizeNode(m Machine, limits cgroups.Limits, root string, args []string, kc K
 			"cgroupRoot", root)
 		return s
 	}
-	system := kubeletReservation(args, "system-reserved", kc.SystemReserved, kc, "systemReserved", "=")
-	kube := kubeletReservation(args, "kube-reserved", kc.KubeReserved, kc, "kubeReserved", "=")
-	eviction := kubeletReservation(args, "eviction-hard", kc.EvictionHard, kc, "evictionHard", "<")
-	// Without a --config file the kubelet has no default threshold, and
-	// ReadKubeletConfig has set none (see defaultEvictionHard).
-	if kc.evictionDefaulted && eviction.from != "" && !strings.HasPrefix(eviction.from, "the executor's") {
-		eviction.from = "the kubelet's default evictionHard (its --config file sets none)"
-	}
-	if ignore, _, _ := cmdline.Bool(args, "experimental-allocatable-ignore-eviction"); ignore {
-		eviction = reservation{}
-	}
-	reservedCPUs, reservedCPUsFrom := kc.ReservedSystemCPUs, "reservedSystemCPUs of the kubelet's configuration "+strings.Join(kc.Files, " ")
-	if v, set := cmdline.Value(args, "reserved-cpus"); set {
-		reservedCPUs, reservedCPUsFrom = v, "the executor's --reserved-cpus"
-	}
+	rs := readReservations(args, kc)
 
 	newSystem := map[string]string{}
-	for k, v := range system.values {
+	for k, v := range rs.system.values {
 		newSystem[k] = v
 	}
 	changed := false
-	for _, r := range []struct {
-		name     string
-		limit    cgroups.Limit
-		capacity int64
-		capFrom  string
-		scale    int64 // of a quantity to the unit counted in
-		unit     string
-	}{
+	for _, r := range []resourceLimit{
 		{resourceMemory, limits.Memory, m.Memory, "MemTotal of /proc/meminfo", 1, "bytes"},
 		{resourceCPU, limits.CPU, int64(m.CPUs) * 1000, "the machine's online CPUs, as cAdvisor counts them", 1000, "millicores"},
 		{resourcePID, limits.Pids, m.Pids, "the smaller of kernel.pid_max and kernel.threads-max", 1, "processes"},
 	} {
-		if !r.limit.Found() || r.limit.Value >= r.capacity && strings.HasPrefix(r.limit.From, "cpuset.") {
-			// Every cpuset lists CPUs, a host's root all of them: only
-			// a narrower one is a limit.
-			continue
+		line, reserved := rs.size(r)
+		if line != nil {
+			s.Notes = append(s.Notes, *line)
 		}
-		kv := []any{"resource", r.name, "limit", r.limit.Value, "unit", r.unit, "limitFrom", r.limit.From,
-			"capacity", r.capacity, "capacityFrom", r.capFrom}
-		if r.limit.Value >= r.capacity {
-			note(false, "The container's limit is no smaller than the kubelet's capacity, which it sees already (lxcfs, or a limit above the machine): nothing to reserve", kv...)
-			continue
+		if reserved != "" {
+			newSystem[r.name] = reserved
+			changed = true
 		}
-		if r.name == resourceCPU && reservedCPUs != "" {
-			note(true, "The kubelet takes its CPU reservation from its reserved CPUs, which replace the cpu of --system-reserved: nodeinit cannot fit the Node's allocatable cpu into the container's limit",
-				append(kv, "reservedCPUs", reservedCPUs+" from "+reservedCPUsFrom)...)
-			continue
-		}
-		own, ownFrom, err1 := system.amount(r.name, r.scale)
-		kubeRes, kubeFrom, err2 := kube.amount(r.name, r.scale)
-		var evict int64
-		var evictFrom string
-		var err3 error
-		if r.name == resourceMemory {
-			evict, evictFrom, err3 = evictionThreshold(eviction, r.capacity)
-		}
-		if err := firstError(err1, err2, err3); err != nil {
-			note(true, "Cannot read the kubelet's reservations: the node is not sized for this resource", append(kv, "err", err)...)
-			continue
-		}
-		need := r.capacity - r.limit.Value
-		room := max(r.capacity-kubeRes-evict, 0) // a reservation beyond capacity is fatal to the kubelet
-		reserve := min(need, room)
-		kv = append(kv, "kubeReserved", orNone(kubeRes, kubeFrom))
-		if r.name == resourceMemory {
-			kv = append(kv, "evictionHard", orNone(evict, evictFrom))
-		}
-		if own >= reserve {
-			note(false, "The kubelet's own system-reserved is the stricter: kept",
-				append(kv, "systemReserved", own, "systemReservedFrom", ownFrom, "nodeinitWouldReserve", reserve,
-					"allocatable", max(r.capacity-own-kubeRes-evict, 0))...)
-			continue
-		}
-		newSystem[r.name] = strconv.FormatInt(reserve, 10)
-		if r.name == resourceCPU {
-			newSystem[r.name] += "m"
-		}
-		changed = true
-		was := "none"
-		if ownFrom != "" {
-			was = ownFrom
-		}
-		kv = append(kv, "systemReserved", reserve, "reason", "capacity - limit: what lies outside the container", "replaces", was,
-			"allocatable", max(r.capacity-reserve-kubeRes-evict, 0))
-		if need > room {
-			note(true, "The container's limit is below the kubelet's kubeReserved and hard eviction threshold: the node gets no allocatable of this resource", kv...)
-			continue
-		}
-		note(false, "Sizing the node to its container's limit", kv...)
 	}
 	if !changed {
 		return s
@@ -230,6 +160,107 @@ func sizeNode(m Machine, limits cgroups.Limits, root string, args []string, kc K
 	note(false, "Adding --system-reserved to the executor, so that the Node's allocatable fits its container (--size-node-to-container=false turns this off)",
 		"systemReserved", s.SystemReserved, "cgroupRoot", root)
 	return s
+}
+
+// reservations are the kubelet's reservations as it will take them, from
+// the executor's arguments and the kubelet's configuration.
+type reservations struct {
+	system, kube, eviction reservation
+	// reservedCPUs, when set, replaces the cpu of systemReserved.
+	reservedCPUs, reservedCPUsFrom string
+}
+
+func readReservations(args []string, kc KubeletConfig) reservations {
+	rs := reservations{
+		system:   kubeletReservation(args, "system-reserved", kc.SystemReserved, kc, "systemReserved", "="),
+		kube:     kubeletReservation(args, "kube-reserved", kc.KubeReserved, kc, "kubeReserved", "="),
+		eviction: kubeletReservation(args, "eviction-hard", kc.EvictionHard, kc, "evictionHard", "<"),
+	}
+	// Without a --config file the kubelet has no default threshold, and
+	// ReadKubeletConfig has set none (see defaultEvictionHard).
+	if kc.evictionDefaulted && rs.eviction.from != "" && !strings.HasPrefix(rs.eviction.from, "the executor's") {
+		rs.eviction.from = "the kubelet's default evictionHard (its --config file sets none)"
+	}
+	if ignore, _, _ := cmdline.Bool(args, "experimental-allocatable-ignore-eviction"); ignore {
+		rs.eviction = reservation{}
+	}
+	rs.reservedCPUs, rs.reservedCPUsFrom = kc.ReservedSystemCPUs, "reservedSystemCPUs of the kubelet's configuration "+strings.Join(kc.Files, " ")
+	if v, set := cmdline.Value(args, "reserved-cpus"); set {
+		rs.reservedCPUs, rs.reservedCPUsFrom = v, "the executor's --reserved-cpus"
+	}
+	return rs
+}
+
+// resourceLimit is the container's limit of one resource, against the
+// kubelet's capacity of it.
+type resourceLimit struct {
+	name     string
+	limit    cgroups.Limit
+	capacity int64
+	capFrom  string
+	scale    int64 // of a quantity to the unit counted in
+	unit     string
+}
+
+// size is the system-reserved of one resource that fits the Node's
+// allocatable into the container's limit ("" for none to pass: no limit,
+// or the kubelet's own is the stricter) and the log line that says so and
+// why (nil: nothing to say).
+func (rs reservations) size(r resourceLimit) (*adjustment.Line, string) {
+	note := func(warning bool, msg string, kv ...any) *adjustment.Line {
+		return &adjustment.Line{Warning: warning, Msg: msg, KV: kv}
+	}
+	if !r.limit.Found() || r.limit.Value >= r.capacity && strings.HasPrefix(r.limit.From, "cpuset.") {
+		// Every cpuset lists CPUs, a host's root all of them: only
+		// a narrower one is a limit.
+		return nil, ""
+	}
+	kv := []any{"resource", r.name, "limit", r.limit.Value, "unit", r.unit, "limitFrom", r.limit.From,
+		"capacity", r.capacity, "capacityFrom", r.capFrom}
+	if r.limit.Value >= r.capacity {
+		return note(false, "The container's limit is no smaller than the kubelet's capacity, which it sees already (lxcfs, or a limit above the machine): nothing to reserve", kv...), ""
+	}
+	if r.name == resourceCPU && rs.reservedCPUs != "" {
+		return note(true, "The kubelet takes its CPU reservation from its reserved CPUs, which replace the cpu of --system-reserved: nodeinit cannot fit the Node's allocatable cpu into the container's limit",
+			append(kv, "reservedCPUs", rs.reservedCPUs+" from "+rs.reservedCPUsFrom)...), ""
+	}
+	own, ownFrom, err1 := rs.system.amount(r.name, r.scale)
+	kubeRes, kubeFrom, err2 := rs.kube.amount(r.name, r.scale)
+	var evict int64
+	var evictFrom string
+	var err3 error
+	if r.name == resourceMemory {
+		evict, evictFrom, err3 = evictionThreshold(rs.eviction, r.capacity)
+	}
+	if err := firstError(err1, err2, err3); err != nil {
+		return note(true, "Cannot read the kubelet's reservations: the node is not sized for this resource", append(kv, "err", err)...), ""
+	}
+	need := r.capacity - r.limit.Value
+	room := max(r.capacity-kubeRes-evict, 0) // a reservation beyond capacity is fatal to the kubelet
+	reserve := min(need, room)
+	kv = append(kv, "kubeReserved", orNone(kubeRes, kubeFrom))
+	if r.name == resourceMemory {
+		kv = append(kv, "evictionHard", orNone(evict, evictFrom))
+	}
+	if own >= reserve {
+		return note(false, "The kubelet's own system-reserved is the stricter: kept",
+			append(kv, "systemReserved", own, "systemReservedFrom", ownFrom, "nodeinitWouldReserve", reserve,
+				"allocatable", max(r.capacity-own-kubeRes-evict, 0))...), ""
+	}
+	reserved := strconv.FormatInt(reserve, 10)
+	if r.name == resourceCPU {
+		reserved += "m"
+	}
+	was := "none"
+	if ownFrom != "" {
+		was = ownFrom
+	}
+	kv = append(kv, "systemReserved", reserve, "reason", "capacity - limit: what lies outside the container", "replaces", was,
+		"allocatable", max(r.capacity-reserve-kubeRes-evict, 0))
+	if need > room {
+		return note(true, "The container's limit is below the kubelet's kubeReserved and hard eviction threshold: the node gets no allocatable of this resource", kv...), reserved
+	}
+	return note(false, "Sizing the node to its container's limit", kv...), reserved
 }
 
 // evictionThreshold is the kubelet's hard eviction threshold on

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -42,7 +43,11 @@ func Example() {
 	if flags.WriteFlags() {
 		_ = node.WriteFlags(os.Stdout, executor, proxy)
 	}
-	fmt.Println("proxy PATH:", proxy.Getenv("PATH"))
+	for _, kv := range proxy.Env {
+		if path, ok := strings.CutPrefix(kv, "PATH="); ok {
+			fmt.Println("proxy PATH:", path)
+		}
+	}
 	// Output:
 	// /usr/bin/kubelet --node-ip=10.0.0.5 '--node-labels=zone=a b'
 	// kube-proxy --bind-address=10.0.0.5 --v=0 --proxy-mode=ipvs --hostname-override=node-1

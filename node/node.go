@@ -1,7 +1,12 @@
 // Package node assembles the command lines and environments of the node's
-// two programs, the executor (the kubelet or a kubelet-executor) and the
-// proxy (kube-proxy), from a config.Config. Everything here is a pure
-// function of its inputs.
+// programs, the executor (the kubelet or a kubelet-executor), the proxy
+// (kube-proxy) and the container runtime nodeinit runs, from a
+// config.Config; and reads what they depend on of the kubelet: its
+// configuration file and its release (ReadKubeletConfig,
+// ReadKubeletVersion), the machine it takes its capacity from
+// (ReadMachine), and the --system-reserved that sizes the node to its
+// container (SizeToContainer). The command lines are pure functions of
+// their inputs.
 package node
 
 import (
@@ -231,11 +236,6 @@ func Setenv(env []string, key, value string) []string {
 	}
 	return append(out, key+"="+value)
 }
-
-// Getenv is a variable of the command's own environment; look the program
-// up in Getenv("PATH"), not in nodeinit's PATH: --path-override and
-// $PWD/bin apply to the children.
-func (c Command) Getenv(key string) string { return getenv(c.Env, key) }
 
 // WriteFlags prints each command's line, shell-quoted, one per line: what
 // --write-flags shows.

@@ -287,13 +287,13 @@ kube-proxy --bind-address=10.0.0.5 --v=0 --proxy-mode=iptables --hostname-overri
 
 func TestGetenvReadsTheCommandsEnvironment(t *testing.T) {
 	c := Proxy(cfg(func(*config.Config) {}), Environ([]string{"PATH=/usr/bin", "A=1", "A=2"}, "/opt/bin", "/var/lib/node"))
-	if got := c.Getenv("PATH"); got != "/opt/bin:/var/lib/node/bin" {
+	if got := getenv(c.Env, "PATH"); got != "/opt/bin:/var/lib/node/bin" {
 		t.Errorf("PATH = %q", got)
 	}
-	if got := c.Getenv("A"); got != "2" {
+	if got := getenv(c.Env, "A"); got != "2" {
 		t.Errorf("A = %q; the last of duplicates counts, as for exec", got)
 	}
-	if got := c.Getenv("NONE"); got != "" {
+	if got := getenv(c.Env, "NONE"); got != "" {
 		t.Errorf("NONE = %q", got)
 	}
 }

@@ -29,7 +29,7 @@ func TestNoRuntimeByDefaultAndNoEndpoint(t *testing.T) {
 func TestTheRuntimesCommandIsItsProgramAndArgs(t *testing.T) {
 	c := cfg(withRuntime)
 	cmd, ok := Runtime(c, []string{"PATH=/bin"})
-	if !ok || cmd.Path != "/usr/bin/containerd" || !slices.Equal(cmd.Args, []string{"--config", "/etc/c.toml"}) || cmd.Getenv("PATH") != "/bin" {
+	if !ok || cmd.Path != "/usr/bin/containerd" || !slices.Equal(cmd.Args, []string{"--config", "/etc/c.toml"}) || getenv(cmd.Env, "PATH") != "/bin" {
 		t.Errorf("Runtime: %+v %v", cmd, ok)
 	}
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -12,155 +10,16 @@ import (
 
 	"github.com/nodeinit/nodeinit/cgroups"
 	"github.com/nodeinit/nodeinit/config"
-	"github.com/nodeinit/nodeinit/identity"
 	"github.com/nodeinit/nodeinit/init/logsink"
 	"github.com/nodeinit/nodeinit/init/oomscore"
 	"github.com/nodeinit/nodeinit/init/reaper"
 	"github.com/nodeinit/nodeinit/init/signals"
 	"github.com/nodeinit/nodeinit/init/supervisor"
-	"github.com/nodeinit/nodeinit/init/supervisor/cri"
-	"github.com/nodeinit/nodeinit/logfile"
 	"github.com/nodeinit/nodeinit/mountns"
 	"github.com/nodeinit/nodeinit/node"
 	"github.com/nodeinit/nodeinit/notify"
 	"github.com/nodeinit/nodeinit/restrict"
 )
-
-// writeFlags prints the executor's, the proxy's and the runtime's final
-// command lines without touching namespaces or cgroups: cgroups.Preview
-// reads where the container is and what would be joined.
-func writeFlags(cfg *config.Config) int {
-	env := childEnv(cfg)
-	kubelet, _ := node.ReadKubeletConfig(cfg.Executor.Args)
-	version := node.ReadKubeletVersion(cfg.Executor.Path, env)
-	root, own := node.OwnCgroupRoot(cfg.Executor.Args, kubelet)
-	cg, err := cgroups.Preview(cgroupOptions(cfg, root, own, kubelet, version))
-	if err != nil {
-		klog.ErrorS(err, "Cannot discover the container")
-		return exitFailure
-	}
-	plan := restrict.Inspect(restrict.Input{Root: "/", Config: cfg, Kubelet: kubelet, KubeletVersion: version})
-	for _, l := range plan.Describe() {
-		fmt.Fprintln(os.Stderr, "nodeinit:", l)
-	}
-	env = plan.Environ(env)
-	ct := node.Container{Cgroup: cg.KubeletRoot, ID: cg.ContainerID}
-	if cfg.Executor.SizeNodeToContainer {
-		ct.Sizing = node.SizeToContainer(cfg.Executor.Args, kubelet, cg.Limits, cg.LimitsRoot, cg.LimitsErr)
-	}
-	cmds := []node.Command{node.Executor(cfg, env, ct, kubelet, plan.KubeletArgs...)}
-	if cfg.Proxy.Run {
-		cmds = append(cmds, node.Proxy(cfg, env, plan.ProxyArgs...))
-	}
-	// The runtime's line comes last, so the executor's stays first.
-	if rt, ok := node.Runtime(cfg, env); ok {
-		cmds = append(cmds, rt)
-	}
-	if err := node.WriteFlags(os.Stdout, cmds...); err != nil {
-		return exitFailure
-	}
-	if _, lines := node.RuntimeEndpoint(cfg, cfg.Executor.Args, kubelet); len(lines) > 0 {
-		for _, l := range lines {
-			prefix := "nodeinit: "
-			if l.Warning {
-				prefix += "warning: "
-			}
-			fmt.Fprintln(os.Stderr, prefix+l.String())
-		}
-	}
-	// stdout holds the command lines; what nodeinit changes in the node's
-	// view of the system goes to stderr.
-	if cfg.Identity.MachineID || cfg.Identity.ProductUUID {
-		plan, err := identity.Decide(identityOptions(cfg))
-		for _, err := range each(err) {
-			fmt.Fprintln(os.Stderr, "nodeinit: warning:", sentence(err))
-		}
-		if plan.Source == identity.Generated {
-			// Only a start makes and keeps one.
-			plan.MachineID = "generated at start"
-		}
-		// The container's own id left alone is no adjustment.
-		if plan.Source == identity.Own {
-			plan.Source = ""
-		}
-		for _, a := range plan.Adjustments() {
-			fmt.Fprintln(os.Stderr, "nodeinit:", a)
-		}
-	}
-	return 0
-}
-
-// identityOptions are the identity settings: the generated ids are kept in
-// identity.dir, else in nodeinit/ of the kubelet's root directory.
-func identityOptions(cfg *config.Config) identity.Options {
-	dir := cfg.Identity.Dir
-	if dir == "" {
-		dir = filepath.Join(node.KubeletRootDir(cfg.Executor.Args), "nodeinit")
-	}
-	return identity.Options{Root: "/", StateDir: dir, ImageMachineID: cfg.Identity.ImageMachineID, PID1: os.Getpid() == 1,
-		MachineID: cfg.Identity.MachineID, ProductUUID: cfg.Identity.ProductUUID}
-}
-
-// nodeIdentity settles the node's machine-id (and, when asked, its
-// product_uuid) before the kubelet starts and reads them: a valid id of the
-// container's own is left alone; otherwise the id identity decides on (the
-// host's, where the container shares the host's pid namespace, or one kept
-// in the identity dir) is bind-mounted over the file, but only where the
-// mount namespace is nodeinit's own (mountns.Own): in one it may share with
-// the host nothing is mounted. Each part that cannot be done is one warning
-// saying what the node has instead; what was done is logged either way.
-func nodeIdentity(cfg *config.Config) {
-	plan, err := identity.Decide(identityOptions(cfg))
-	for _, err := range each(err) {
-		klog.Warning(sentence(err))
-	}
-	done, err := plan.Apply(mountns.Own())
-	for _, err := range each(err) {
-		klog.Warning(sentence(err))
-	}
-	for _, a := range done {
-		a.Log()
-	}
-}
-
-// sentence is an error as a log line: capitalized.
-func sentence(err error) string {
-	s := err.Error()
-	return strings.ToUpper(s[:1]) + s[1:]
-}
-
-// each is the errors an errors.Join holds, one per line to log.
-func each(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	if err != nil {
-		return []error{err}
-	}
-	return nil
-}
-
-// cgroupOptions are the cgroup settings, with the container's cgroup to be
-// handed to the executor when executor.containPodResources is on and own
-// (node.OwnCgroupRoot) says the executor sets no cgroup root itself, and,
-// with executor.sizeNodeToContainer, the limits to read on the kubelet's
-// cgroup root (root: the one the executor sets, if any), and the kubelet's
-// cgroup driver to check: its own, and whether its release (version)
-// takes the runtime's over it.
-func cgroupOptions(cfg *config.Config, root, own string, kubelet node.KubeletConfig, version node.KubeletVersion) cgroups.Options {
-	return cgroups.Options{Cgroup: cfg.Cgroup, ForKubelet: cfg.Executor.ContainPodResources && own == "",
-		Limits: cfg.Executor.SizeNodeToContainer, OwnRoot: root,
-		KubeletCgroupDriver: kubelet.CgroupDriver(), KubeletConfigured: len(kubelet.Files) > 0,
-		KubeletKeepsOwnDriver: !node.TakesRuntimeCgroupDriver(cfg.Executor.Args, kubelet, version)}
-}
-
-// childEnv is the children's environment: nodeinit's own, with PATH as the
-// configuration says, and without NOTIFY_SOCKET (only PID 1 speaks to the
-// service manager).
-func childEnv(cfg *config.Config) []string {
-	wd, _ := os.Getwd()
-	return notify.Environ(node.Environ(os.Environ(), cfg.PathOverride, wd))
-}
 
 // start is what the phases of a start share: the configuration, the
 // signals, and what each phase leaves for the next. undo runs, last first,
@@ -467,84 +326,24 @@ const (
 	notifyBound   = time.Second
 )
 
-// tasks builds the supervisor's configuration: the executor's, the
-// proxy's and the runtime's command lines, with their output going to
-// stdout or, with --log-dir, to rotated files. closeLogs drains the log files once the
-// children are gone. A non-zero code is the exit status for log files that
-// cannot be made.
-func tasks(cfg *config.Config, ct node.Container, kubelet node.KubeletConfig, plan *restrict.Plan) (sc supervisor.Config, closeLogs func(), code int) {
-	closeLogs = func() {}
-	env := plan.Environ(childEnv(cfg))
-	exe := node.Executor(cfg, env, ct, kubelet, plan.KubeletArgs...)
-	sc = supervisor.Config{
-		Executor: supervisor.Task{Name: "executor", Path: exe.Path, Args: exe.Args, Env: exe.Env,
-			Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr},
-		Backoff: supervisor.Backoff{
-			Initial: cfg.Proxy.RestartBackoff.Initial.Duration,
-			Max:     cfg.Proxy.RestartBackoff.Max.Duration,
-			Reset:   cfg.Proxy.RestartBackoff.Reset.Duration,
-		},
-		GracePeriod: cfg.ShutdownGracePeriod.Duration,
-	}
-	// As under tini, an executor on nodeinit's terminal gets the terminal:
-	// it can read it, and Ctrl-C and Ctrl-Z reach it.
-	if supervisor.ControllingTerminal(os.Stdin) {
-		sc.Executor.Foreground = true
-		klog.InfoS("Stdin is nodeinit's controlling terminal: the executor's process group gets its foreground")
-	}
-	if cfg.Proxy.Run {
-		px := node.Proxy(cfg, env, plan.ProxyArgs...)
-		// The proxy reads nothing; a terminal on stdin stays the executor's.
-		devNull, err := os.Open(os.DevNull)
-		if err != nil {
-			klog.ErrorS(err, "Cannot open the proxy's stdin")
-			return sc, closeLogs, exitFailure
-		}
-		sc.Proxy = &supervisor.Task{Name: "proxy", Path: px.Path, Args: px.Args, Env: px.Env,
-			Stdin: devNull, Stdout: os.Stdout, Stderr: os.Stderr}
-	}
-	if rt, ok := node.Runtime(cfg, env); ok {
-		devNull, err := os.Open(os.DevNull)
-		if err != nil {
-			klog.ErrorS(err, "Cannot open the runtime's stdin")
-			return sc, closeLogs, exitFailure
-		}
-		sc.Runtime = &supervisor.Task{Name: "runtime", Path: rt.Path, Args: rt.Args, Env: rt.Env,
-			Stdin: devNull, Stdout: os.Stdout, Stderr: os.Stderr}
-		sc.RuntimeProbe = &cri.Probe{Socket: cfg.Runtime.Socket}
-		sc.RuntimeSocket, sc.RuntimeWait = cfg.Runtime.Socket, cfg.Runtime.WaitTimeout.Duration
-		_, lines := node.RuntimeEndpoint(cfg, cfg.Executor.Args, kubelet)
-		for _, l := range lines {
-			l.Log()
-		}
-	}
-	if cfg.Logging.Dir == "" {
-		return sc, closeLogs, 0
-	}
-	pump, err := logfile.NewPump(logfile.Rotation{Dir: cfg.Logging.Dir, MaxSizeMiB: int(cfg.Logging.MaxSize),
-		MaxBackups: cfg.Logging.MaxBackups, MaxAgeDays: cfg.Logging.MaxAge})
-	if err != nil {
-		klog.ErrorS(err, "Cannot set up the log files")
-		return sc, closeLogs, exitFailure
-	}
-	for _, t := range []*supervisor.Task{&sc.Executor, sc.Proxy, sc.Runtime} {
-		if t == nil {
-			continue
-		}
-		out, err := pump.Add(t.Name)
-		if err != nil {
-			klog.ErrorS(err, "Cannot set up the log files")
-			return sc, closeLogs, exitFailure
-		}
-		t.Stdout, t.Stderr = out, out
-	}
-	pump.Start()
-	klog.InfoS("Children's output goes to rotated log files", "dir", cfg.Logging.Dir, "maxSizeMiB", cfg.Logging.MaxSize,
-		"maxBackups", cfg.Logging.MaxBackups, "maxAgeDays", cfg.Logging.MaxAge)
-	return sc, func() {
-		// Bounded: a write to a hung log volume must not hold the exit.
-		if err := pump.Close(2 * time.Second); err != nil {
-			klog.ErrorS(err, "Cannot close the log files")
-		}
-	}, 0
+// cgroupOptions are the cgroup settings, with the container's cgroup to be
+// handed to the executor when executor.containPodResources is on and own
+// (node.OwnCgroupRoot) says the executor sets no cgroup root itself, and,
+// with executor.sizeNodeToContainer, the limits to read on the kubelet's
+// cgroup root (root: the one the executor sets, if any), and the kubelet's
+// cgroup driver to check: its own, and whether its release (version)
+// takes the runtime's over it.
+func cgroupOptions(cfg *config.Config, root, own string, kubelet node.KubeletConfig, version node.KubeletVersion) cgroups.Options {
+	return cgroups.Options{Cgroup: cfg.Cgroup, ForKubelet: cfg.Executor.ContainPodResources && own == "",
+		Limits: cfg.Executor.SizeNodeToContainer, OwnRoot: root,
+		KubeletCgroupDriver: kubelet.CgroupDriver(), KubeletConfigured: len(kubelet.Files) > 0,
+		KubeletKeepsOwnDriver: !node.TakesRuntimeCgroupDriver(cfg.Executor.Args, kubelet, version)}
+}
+
+// childEnv is the children's environment: nodeinit's own, with PATH as the
+// configuration says, and without NOTIFY_SOCKET (only PID 1 speaks to the
+// service manager).
+func childEnv(cfg *config.Config) []string {
+	wd, _ := os.Getwd()
+	return notify.Environ(node.Environ(os.Environ(), cfg.PathOverride, wd))
 }

@@ -98,11 +98,11 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig, 
 	// The executor's system bus is nodeinit's: what is not for logind goes
 	// on to the container's own system bus, where it has one, unless the
 	// operator turned that off.
-	upstream, noBus := upstream.Address(os.Getenv, "/")
+	systemBus, noBus := upstream.Address(os.Getenv, "/")
 	if !gs.SystemBusPassThrough {
-		upstream, noBus = "", errors.New("--system-bus-pass-through=false")
+		systemBus, noBus = "", errors.New("--system-bus-pass-through=false")
 	}
-	if err := node.RequireSystemBus(driver, noBus); err != nil {
+	if err := node.RequireSystemBus(driver, noBus, upstream.SystemBusSocket); err != nil {
 		return nil, "", err
 	}
 	dir, err := os.MkdirTemp(cmp.Or(runDir(), os.TempDir()), "nodeinit-bus-")
@@ -110,7 +110,7 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig, 
 		return nil, "", fmt.Errorf("make the login1 bus's directory: %w", err)
 	}
 	d := &nodeDrain{dir: dir, logind: logind.New(logind.Options{InhibitDelayMax: delay})}
-	d.bus, err = bus.Listen(filepath.Join(dir, "system_bus_socket"), bus.Options{Upstream: upstream}, d.logind)
+	d.bus, err = bus.Listen(filepath.Join(dir, "system_bus_socket"), bus.Options{Upstream: systemBus}, d.logind)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, "", err
@@ -118,7 +118,7 @@ func startNodeDrain(gs config.GracefulNodeShutdown, kubelet node.KubeletConfig, 
 	klog.InfoS("Serving login1 to the executor for graceful node shutdown", "address", d.bus.Address(), "delay", delay)
 	d.host = startHostDrain(gs, d.logind)
 	if noBus == nil {
-		klog.InfoS("The executor's other D-Bus calls pass through to the container's system bus, as nodeinit's connection", "systemBus", upstream)
+		klog.InfoS("The executor's other D-Bus calls pass through to the container's system bus, as nodeinit's connection", "systemBus", systemBus)
 	} else {
 		klog.InfoS("No system bus for the executor's other D-Bus calls: they get the errors of a bus without their names", "reason", noBus)
 	}

@@ -34,13 +34,16 @@ type Carried struct {
 
 // TakeCarried reads and removes CarryEnv. It takes what the variable says
 // only on the path of nodeinit's own re-exec: the mount namespace's re-exec
-// marker is there and names a namespace other than this one, and the
-// variable carries this process's mark (mountns.ProcessMark: its pid, its start
-// time and its executable, which the execve keeps, and which a variable
-// set before nodeinit started could name only by guessing its start time
-// to the clock tick). A variable in the environment nodeinit
-// was started with, a user's or an image's, is removed and changes
-// nothing: the signals ignored at start are then read from the kernel.
+// marker is there and is this process's own (mountns.ValidMarker: it names
+// a namespace other than this one and carries this process's mark, its
+// pid, start time and executable, which the execve keeps, and which a
+// variable set before nodeinit started could name only by guessing its
+// start time to the clock tick). That marker is the one mark of the
+// re-executed process: the image before the re-exec removed any variable
+// it was started with (TakeCarried runs first thing in every image) and
+// set this one itself. A variable in the environment nodeinit was started
+// with, a user's or an image's, is removed and changes nothing: the
+// signals ignored at start are then read from the kernel.
 func TakeCarried() (Carried, error) {
 	v, ok := os.LookupEnv(carryEnv)
 	if !ok {
@@ -49,7 +52,7 @@ func TakeCarried() (Carried, error) {
 	if err := os.Unsetenv(carryEnv); err != nil {
 		return Carried{}, fmt.Errorf("remove %s from the environment: %w", carryEnv, err)
 	}
-	if !reexecuted(v) {
+	if !reexecuted() {
 		return Carried{}, nil
 	}
 	c := Carried{Valid: true}
@@ -61,8 +64,6 @@ func TakeCarried() (Carried, error) {
 			into = &c.Ignored
 		case "pending":
 			into = &c.Pending
-		case "self":
-			continue
 		default:
 			return Carried{}, fmt.Errorf("%s=%q: unknown field %q", carryEnv, v, key)
 		}
@@ -80,26 +81,11 @@ func TakeCarried() (Carried, error) {
 	return c, nil
 }
 
-// reexecuted says whether v, the carried variable, comes from this
-// process's own re-exec into a private mount namespace (see TakeCarried).
-func reexecuted(v string) bool {
+// reexecuted says whether this process is its own re-exec into a private
+// mount namespace (see TakeCarried).
+func reexecuted() bool {
 	from, marked := os.LookupEnv(mountns.MarkerEnv)
-	if !marked {
-		return false
-	}
-	if !mountns.ValidMarker(from) {
-		return false
-	}
-	mark, err := mountns.ProcessMark()
-	if err != nil {
-		return false
-	}
-	for field := range strings.SplitSeq(v, ";") {
-		if self, ok := strings.CutPrefix(field, "self="); ok {
-			return self == mark
-		}
-	}
-	return false
+	return marked && mountns.ValidMarker(from)
 }
 
 // ForExec prepares the process for re-executing itself and returns the
@@ -146,14 +132,7 @@ func (s *Set) ForExec() string {
 			}
 		}
 	}
-	v := carryEnv + "=ignored=" + names(s.IgnoredAtStart) + ";pending=" + names(pending)
-	// Without its mark the new image ignores what is carried: it then
-	// reads the ignored signals from the kernel again, and a stop signal
-	// taken here is lost rather than trusted from elsewhere.
-	if mark, err := mountns.ProcessMark(); err == nil {
-		v += ";self=" + mark
-	}
-	return v
+	return carryEnv + "=ignored=" + names(s.IgnoredAtStart) + ";pending=" + names(pending)
 }
 
 // addOnce adds sig to the set sigs.

@@ -70,15 +70,10 @@ func (s *Supervisor) runtimeSilent() {
 	s.shutdown("the container runtime did not answer")
 }
 
+// runtimeEnded respawns the runtime: the executor (the kubelet) reconnects
+// to the runtime that comes back; nothing else restarts.
 func (s *Supervisor) runtimeEnded(e reaper.Exit) {
-	ran := s.ended(s.runtime, e)
-	if s.phase >= shutdown {
-		klog.InfoS("Container runtime ended", "pid", e.Pid, "status", e.String())
-		return
-	}
-	// The executor (the kubelet) reconnects to the runtime that comes
-	// back; nothing else restarts.
-	s.scheduleRespawn(s.runtime, ran, e.String())
+	s.respawnedEnded(s.runtime, "Container runtime ended", e)
 }
 
 // stopNext, with a runtime, sends the shutdown's TERM to the next of the

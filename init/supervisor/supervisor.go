@@ -22,13 +22,16 @@
 //	             runtime, once that has ended to the rest (its shims, pods)
 //	killing      the grace period is over: KILL to what is left, again
 //	             after every reap, for at most ReapBound
+//
+// supervisor.go is the loop and what it waits for; task.go a task's start,
+// end and respawn; runtime.go the container runtime's wait and stop;
+// drain.go the drain, for a stop signal or the host's shutdown; stop.go
+// the stop sequence and the shutdown; status.go the status dump; system.go
+// the kernel and the clock it asks.
 package supervisor
 
 import (
 	"cmp"
-	"os"
-	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -36,59 +39,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeinit/nodeinit/init/oomscore"
-	"github.com/nodeinit/nodeinit/init/reaper"
 	"github.com/nodeinit/nodeinit/init/signals"
 )
-
-// Task is a program that nodeinit runs in its own process group.
-type Task struct {
-	Name string // "executor", "proxy" or "runtime", for the log
-	// Path is the program: a path, or a name looked up in the PATH of Env
-	// when the task starts (see resolve).
-	Path string
-	Args []string
-	Env  []string
-	// Stdin, Stdout and Stderr are handed to the child as they are: the
-	// child writes to the same files as nodeinit, nothing copies.
-	Stdin, Stdout, Stderr *os.File
-	// Foreground makes the task's process group the foreground group of
-	// the terminal on Stdin, which must be nodeinit's controlling terminal
-	// (see ControllingTerminal): it may then read the terminal, and the
-	// terminal's Ctrl-C and Ctrl-Z reach it.
-	Foreground bool
-}
-
-// Drainer drains the node before the executor is asked to stop: with
-// graceful node shutdown, the kubelet terminates its pods first.
-type Drainer interface {
-	// Drain begins and returns a channel closed once the node has drained.
-	// It must return at once.
-	Drain() <-chan struct{}
-	// Timeout bounds the drain that begins now: the kubelet may have
-	// changed the delay since nodeinit started (by reloading logind's
-	// configuration).
-	Timeout() time.Duration
-	// Status is a short description for the status line.
-	Status() string
-	// Cancel calls off the drain that began (the host's shutdown was
-	// cancelled): the kubelet is told, and the next Drain begins anew.
-	// It must return at once.
-	Cancel()
-}
-
-// Host is the host's own shutdown, where nodeinit holds a delay lock on
-// the host's logind for the node (package hostlogind). Its methods must
-// return at once.
-type Host interface {
-	// Shutdown delivers the host's PrepareForShutdown: true as the host
-	// begins to shut down, false when that shutdown is cancelled.
-	Shutdown() <-chan bool
-	// Delay is the longest the host's shutdown waits for the node (its
-	// InhibitDelayMax); 0 when unknown.
-	Delay() time.Duration
-	// Release lets the host's shutdown go on.
-	Release()
-}
 
 // Config is what Run needs.
 type Config struct {
@@ -158,29 +110,12 @@ func (p phase) String() string {
 	return [...]string{"waiting", "running", "draining", "stopping", "shutdown", "killing"}[p]
 }
 
-type state int
-
 const (
 	stateNew     state = iota // not started yet
 	stateRunning              // pid is live
 	stateBackoff              // waiting for its next start
 	stateExited               // ended, not to be started again
 )
-
-func (s state) String() string {
-	return [...]string{"new", "running", "backoff", "exited"}[s]
-}
-
-type task struct {
-	Task
-	state    state
-	pid      int
-	started  time.Time
-	starts   int
-	lastExit string
-	backoff  Backoff
-	termed   bool // has had the TERM of the shutdown (with a runtime)
-}
 
 // Supervisor runs one executor, an optional proxy and an optional
 // runtime. Use it once.
@@ -340,143 +275,6 @@ func (s *Supervisor) step() {
 	}
 }
 
-// terminate handles the stop signals: drain first when asked to, else pass it
-// to the executor and start its grace period.
-func (s *Supervisor) terminate(sig syscall.Signal) {
-	switch {
-	case s.phase == waiting:
-		fwd := signals.ForExecutor(sig)
-		s.answered = nil
-		s.cfg.RuntimeProbe.Stop()
-		s.exitCode = 128 + int(fwd)
-		klog.InfoS("Stopped before the container runtime answered: the executor is not started", "signal", signals.Name(sig))
-		s.shutdown("stopped before the executor started")
-	case s.phase == running && s.hostDone:
-		klog.InfoS("The node has drained for the host's shutdown already: no second drain", "signal", signals.Name(sig))
-		s.stopExecutor(sig)
-	case s.phase == running && s.cfg.Drain != nil && s.executor.state == stateRunning:
-		s.phase, s.pending = draining, sig
-		s.drained = s.cfg.Drain.Drain()
-		timeout := s.cfg.Drain.Timeout()
-		s.armDrain(timeout)
-		klog.InfoS("Draining the node before the executor stops", "signal", signals.Name(sig), "timeout", timeout)
-	case s.phase == draining && s.pending == 0:
-		// The drain for the host's shutdown goes on, within its bound,
-		// which is the smaller already.
-		s.pending = sig
-		klog.InfoS("The node is draining for the host's shutdown: the executor gets the signal when the drain is over",
-			"signal", signals.Name(sig), "remaining", s.drainEnds.Sub(s.sys.Now()).Round(time.Millisecond))
-	case s.phase == draining:
-		s.pending = sig
-		s.endDrain("a second " + signals.Name(sig) + " came")
-	default:
-		s.stopExecutor(sig)
-	}
-}
-
-// armDrain bounds the drain: it ends d from now.
-func (s *Supervisor) armDrain(d time.Duration) {
-	s.drainLimit.Reset(d)
-	s.drainEnds = s.sys.Now().Add(d)
-}
-
-// endDrain lets the host go on and passes the held TERM or INT to the
-// executor; after a drain for the host alone, the executor runs on.
-func (s *Supervisor) endDrain(why string) {
-	if s.phase != draining {
-		return
-	}
-	s.drained = nil
-	s.drainLimit.Stop()
-	klog.InfoS("Drain over", "reason", why)
-	s.releaseHost()
-	if s.pending == 0 {
-		s.phase, s.hostDone = running, true
-		klog.InfoS("The node has drained for the host's shutdown; the executor runs on until the container is stopped")
-		return
-	}
-	s.stopExecutor(s.pending)
-}
-
-// hostShutdown drains the node for the host's shutdown, or lets the host
-// wait for the drain under way, within the host's delay; the host need
-// not wait for a node that has drained or is stopping.
-func (s *Supervisor) hostShutdown() {
-	delay := s.cfg.Host.Delay()
-	switch {
-	case s.phase == running && !s.hostDone && s.executor.state == stateRunning:
-		s.phase, s.pending, s.hostWaits = draining, 0, true
-		s.drained = s.cfg.Drain.Drain()
-		timeout := s.cfg.Drain.Timeout()
-		if delay > 0 {
-			timeout = min(timeout, delay)
-		}
-		s.armDrain(timeout)
-		klog.InfoS("Draining the node for the host's shutdown", "timeout", timeout, "hostDelay", delay)
-	case s.phase == draining:
-		s.hostWaits = true
-		if delay > 0 && s.sys.Now().Add(delay).Before(s.drainEnds) {
-			s.armDrain(delay)
-		}
-		klog.InfoS("The host is shutting down too: it waits for the drain under way", "hostDelay", delay,
-			"remaining", s.drainEnds.Sub(s.sys.Now()).Round(time.Millisecond))
-	default:
-		s.cfg.Host.Release()
-		klog.InfoS("The host is shutting down: it need not wait for the node", "phase", s.phase, "drained", s.hostDone)
-	}
-}
-
-// hostCancelled follows a cancelled shutdown of the host: a drain for it
-// is called off, and a node drained for it takes pods again. A stop of the
-// node's own goes on.
-func (s *Supervisor) hostCancelled() {
-	s.hostWaits = false
-	switch {
-	case s.phase == draining && s.pending == 0:
-		s.drained = nil
-		s.drainLimit.Stop()
-		s.phase = running
-		s.cfg.Drain.Cancel()
-		klog.InfoS("The host's shutdown was cancelled: the drain is called off")
-	case s.phase == running && s.hostDone:
-		s.hostDone = false
-		s.cfg.Drain.Cancel()
-		klog.InfoS("The host's shutdown was cancelled: the node takes pods again")
-	default:
-		klog.InfoS("The host's shutdown was cancelled; the node's own stop goes on", "phase", s.phase)
-	}
-}
-
-// releaseHost lets the host's shutdown go on, if it waits.
-func (s *Supervisor) releaseHost() {
-	if s.hostWaits {
-		s.hostWaits = false
-		s.cfg.Host.Release()
-	}
-}
-
-// stopExecutor passes a stop signal on, as TERM or INT (signals.ForExecutor).
-func (s *Supervisor) stopExecutor(sig syscall.Signal) {
-	fwd := signals.ForExecutor(sig)
-	// Passed on before it is logged: the log can wait.
-	s.signalTask(s.executor, fwd)
-	kv := []any{"signal", signals.Name(fwd)}
-	if fwd != sig {
-		kv = append(kv, "received", signals.Name(sig))
-	}
-	if s.phase >= shutdown {
-		s.signalTask(s.proxy, fwd)
-		klog.InfoS("Forwarded signal to the proxy", kv...)
-		return
-	}
-	klog.InfoS("Forwarded signal to the executor", kv...)
-	if s.executor.state == stateRunning && !s.graceArmed {
-		// The grace period runs from the first TERM; more do not extend it.
-		s.phase, s.graceArmed = stopping, true
-		s.grace.Reset(s.cfg.GracePeriod)
-	}
-}
-
 // handle routes every caught signal but CHLD and the stop signals.
 func (s *Supervisor) handle(sig syscall.Signal) {
 	switch signals.RouteOf(sig) {
@@ -519,197 +317,5 @@ func (s *Supervisor) reap() {
 		s.done = true
 	case s.phase == killing:
 		s.killRest(unix.SIGKILL)
-	}
-}
-
-func (s *Supervisor) executorEnded(e reaper.Exit) {
-	s.ended(s.executor, e)
-	s.exitCode = e.Code()
-	klog.InfoS("Executor ended", "pid", e.Pid, "status", e.String(), "exitCode", s.exitCode)
-	if s.phase < shutdown { // else it ended after giveUp had gone on without it
-		s.shutdown("the executor ended")
-	}
-}
-
-func (s *Supervisor) proxyEnded(e reaper.Exit) {
-	ran := s.ended(s.proxy, e)
-	if s.phase >= shutdown {
-		klog.InfoS("Proxy ended", "pid", e.Pid, "status", e.String())
-		return
-	}
-	s.scheduleRespawn(s.proxy, ran, e.String())
-}
-
-// ended records a task's end and returns how long it ran.
-func (s *Supervisor) ended(t *task, e reaper.Exit) time.Duration {
-	t.state = stateExited
-	t.lastExit = e.String()
-	return s.sys.Now().Sub(t.started)
-}
-
-func (s *Supervisor) scheduleRespawn(t *task, ran time.Duration, why string) {
-	delay := t.backoff.next(ran)
-	t.state = stateBackoff
-	if t == s.runtime {
-		klog.InfoS("Container runtime ended; restarting after backoff", "reason", why, "ran", ran.Round(time.Millisecond), "backoff", delay)
-		s.rtRespawn.Reset(delay)
-		return
-	}
-	klog.InfoS("Proxy ended; restarting after backoff", "reason", why, "ran", ran.Round(time.Millisecond), "backoff", delay)
-	s.respawn.Reset(delay)
-}
-
-// start starts a task in its own process group, on nodeinit's files, in the
-// terminal's foreground when asked (docs/design.md, rule 7). A proxy that
-// fails to start (fork failing with EAGAIN under a pids limit, say) is tried
-// again after its backoff; the executor's failure is returned.
-func (s *Supervisor) start(t *task) error {
-	sys := &syscall.SysProcAttr{Setpgid: true}
-	if t.Foreground {
-		sys.Foreground, sys.Ctty = true, int(t.Stdin.Fd())
-	}
-	attr := &syscall.ProcAttr{
-		Env:   t.Env,
-		Files: []uintptr{t.Stdin.Fd(), t.Stdout.Fd(), t.Stderr.Fd()},
-		Sys:   sys,
-	}
-	argv := append([]string{t.Path}, t.Args...)
-	pid, err := s.sys.Start(t.Path, argv, attr)
-	t.started = s.sys.Now()
-	if err != nil {
-		err = classifyStartError(t.Name, t.Path, err)
-		klog.ErrorS(err, "Task not started", "task", t.Name)
-		t.lastExit = "not started: " + err.Error()
-		if t != s.executor && s.phase < shutdown {
-			s.scheduleRespawn(t, 0, "start failed")
-		} else {
-			t.state = stateExited
-		}
-		return err
-	}
-	if t.starts > 0 {
-		klog.InfoS("Restarted task", "task", t.Name, "pid", pid, "restarts", t.starts)
-	} else {
-		klog.InfoS("Started task", "task", t.Name, "pid", pid, "path", t.Path)
-	}
-	t.pid, t.state = pid, stateRunning
-	t.starts++
-	return nil
-}
-
-// shutdown begins the end: the proxy and every other process get TERM now
-// and KILL when the grace period is over; whatever is left ReapBound after
-// that is named and left behind.
-func (s *Supervisor) shutdown(why string) {
-	s.phase = shutdown
-	s.respawn.Stop()
-	s.rtRespawn.Stop()
-	s.waitLimit.Stop()
-	s.drainLimit.Stop()
-	s.drained = nil
-	s.releaseHost()
-	s.grace.Reset(s.cfg.GracePeriod)
-	s.deadline.Reset(s.cfg.GracePeriod + s.cfg.ReapBound)
-	if s.runtime == nil {
-		s.signalTask(s.proxy, unix.SIGTERM)
-		s.killRest(unix.SIGTERM)
-		klog.InfoS("Shutting down: sent TERM to the proxy and every other process", "reason", why, "gracePeriod", s.cfg.GracePeriod)
-	} else {
-		klog.InfoS("Shutting down: the proxy first, then the container runtime, then what is left of its shims and pods",
-			"reason", why, "gracePeriod", s.cfg.GracePeriod)
-		s.stopNext()
-	}
-	if s.cfg.OnShutdown != nil {
-		s.cfg.OnShutdown()
-	}
-}
-
-func (s *Supervisor) graceExpired() {
-	if s.phase < shutdown {
-		if s.executor.state == stateRunning {
-			klog.InfoS("Executor still running after the grace period; killing its process group", "pid", s.executor.pid, "gracePeriod", s.cfg.GracePeriod)
-			s.signalTask(s.executor, unix.SIGKILL)
-			// An executor that survives KILL (in uninterruptible sleep,
-			// frozen) must not hold nodeinit here for ever.
-			s.deadline.Reset(s.cfg.ReapBound)
-		}
-		return
-	}
-	s.phase = killing
-	klog.InfoS("Grace period over; killing what is left", "gracePeriod", s.cfg.GracePeriod)
-	s.signalTask(s.proxy, unix.SIGKILL)
-	s.signalTask(s.runtime, unix.SIGKILL)
-	s.killRest(unix.SIGKILL)
-}
-
-// giveUp ends the run ReapBound after the grace period with what cannot be
-// reaped still there: a process in uninterruptible sleep, say. Before the
-// shutdown it gives up on the executor alone, which KILL has not ended
-// within ReapBound: the shutdown goes on without it, and nodeinit exits as
-// though the KILL had taken effect, 128+9, unless the executor ends after
-// all.
-func (s *Supervisor) giveUp() {
-	if s.phase < shutdown {
-		klog.ErrorS(nil, "The executor could not be reaped after KILL; shutting down without it", "bound", s.cfg.ReapBound,
-			"process", s.sys.Describe(s.executor.pid))
-		s.exitCode = 128 + int(unix.SIGKILL)
-		s.shutdown("the executor could not be reaped")
-		return
-	}
-	left := s.sys.Leftovers()
-	klog.ErrorS(nil, "Exiting with processes that could not be reaped", "bound", s.cfg.GracePeriod+s.cfg.ReapBound,
-		"count", len(left), "processes", strings.Join(left, ", "))
-	s.done = true
-}
-
-func (s *Supervisor) killRest(sig syscall.Signal) {
-	if err := s.sys.KillRest(sig); err != nil {
-		klog.ErrorS(err, "Cannot signal the remaining processes", "signal", signals.Name(sig))
-	}
-}
-
-// signalTask signals a running task's process group, or the task alone if
-// it has left its group.
-func (s *Supervisor) signalTask(t *task, sig syscall.Signal) {
-	if t == nil || t.state != stateRunning {
-		return
-	}
-	if err := s.sys.Kill(-t.pid, sig); err != nil {
-		_ = s.sys.Kill(t.pid, sig)
-	}
-}
-
-// logStatus logs nodeinit's own line, then one per task. Its goroutines and
-// the Go runtime's memory are what a soak of a real node watches for a leak
-// (nodeinit has no debug endpoint, and /proc shows only threads and pages):
-// whether resident memory that grows is live objects, or the heap the
-// runtime keeps for the next collection.
-func (s *Supervisor) logStatus() {
-	m := readGoMemory()
-	klog.InfoS("Init status", "pid", os.Getpid(), "goroutines", runtime.NumGoroutine(),
-		"heapLive", m.heapLive, "heapGoal", m.heapGoal, "heapHeld", m.heapHeld,
-		"stacks", m.stacks, "goMapped", m.mapped, "gcCycles", m.gcCycles)
-	for _, t := range []*task{s.executor, s.proxy, s.runtime} {
-		if t == nil {
-			continue
-		}
-		pid := 0
-		if t.state == stateRunning {
-			pid = t.pid
-		}
-		klog.InfoS("Task status", "task", t.Name, "pid", pid, "state", t.state, "phase", s.phase,
-			"started", t.started.UTC().Format(time.RFC3339), "restarts", max(t.starts-1, 0),
-			"lastExit", cmp.Or(t.lastExit, "none"), "backoff", t.backoff.Current())
-	}
-	if s.runtime != nil {
-		answered := "not yet"
-		if !s.answeredAt.IsZero() {
-			answered = s.answeredAt.UTC().Format(time.RFC3339)
-		}
-		klog.InfoS("Container runtime status", "socket", s.cfg.RuntimeSocket, "socketExists", exists(s.cfg.RuntimeSocket),
-			"answered", answered, "waitTimeout", s.cfg.RuntimeWait)
-	}
-	if s.cfg.Drain != nil {
-		klog.InfoS("Node drain status", "phase", s.phase, "drain", s.cfg.Drain.Status(), "hostWaits", s.hostWaits, "drainedForHost", s.hostDone)
 	}
 }

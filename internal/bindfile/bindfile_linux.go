@@ -112,9 +112,6 @@ func OpenTarget(path string, create, device bool) (*Target, error) {
 // Close closes the target's descriptor.
 func (t *Target) Close() error { return unix.Close(t.fd) }
 
-// Mount is the mount the target is on, as /proc/self/mountinfo lists it.
-func (t *Target) Mount() (*mountinfo.Info, error) { return mountOf(t.fd) }
-
 // Over bind-mounts source (an open file, already checked by the caller)
 // over target, read-only when readOnly says so, and closes target. A
 // shared mount under target is detached from its peers first, when the

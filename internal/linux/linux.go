@@ -170,20 +170,6 @@ func SendAll(rc syscall.RawConn, p []byte, fds []int) error {
 	return nil
 }
 
-// Accept4 is accept4(2): a connection from fd's backlog, with flags
-// (SOCK_NONBLOCK) and SOCK_CLOEXEC. EAGAIN (none waiting) and ECONNABORTED
-// (one that went before it was taken) are wrapped like any error.
-func Accept4(fd, flags int) (int, error) {
-	nfd, err := retry2(func() (int, error) {
-		nfd, _, err := unix.Accept4(fd, flags|unix.SOCK_CLOEXEC)
-		return nfd, err
-	})
-	if err != nil {
-		return -1, os.NewSyscallError("accept4", err)
-	}
-	return nfd, nil
-}
-
 // PeerCred is the pid, uid and gid of a unix socket's peer as the kernel
 // recorded them when it connected (SO_PEERCRED).
 func PeerCred(fd int) (unix.Ucred, error) {
@@ -216,16 +202,6 @@ func PidfdOpen(pid int) (int, error) {
 		return -1, os.NewSyscallError("pidfd_open", err)
 	}
 	return fd, nil
-}
-
-// Exited reports whether the process a pidfd refers to has exited (a zombie
-// included): the pidfd polls readable then. It does not wait.
-func Exited(pidfd int) (bool, error) {
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	if _, err := Poll(fds, 0); err != nil {
-		return false, err
-	}
-	return fds[0].Revents != 0, nil
 }
 
 // HungUp reports whether fd's peer has hung up (POLLHUP, or an error): for

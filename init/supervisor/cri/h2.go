@@ -68,85 +68,30 @@ func call(conn net.Conn, path string) (*reply, error) {
 	if _, err := conn.Write(request(path)); err != nil {
 		return nil, err
 	}
-	var (
-		r      reply
-		total  int
-		first  = true
-		blocks int    // header blocks of stream 1 decoded
-		block  []byte // a header block being collected
-		open   bool   // block awaits a CONTINUATION
-		ends   bool   // the block being collected ends the stream
-		head   [9]byte
-		buf    = make([]byte, maxFrame)
-		hdec   = hpack.NewDecoder(4096, nil)
-	)
+	in := frames{conn: conn, first: true, buf: make([]byte, maxFrame), hdec: hpack.NewDecoder(4096, nil)}
 	for {
-		if _, err := io.ReadFull(conn, head[:]); err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return nil, errors.New("the runtime closed the connection before it answered")
-			}
+		typ, flags, stream, payload, err := in.next()
+		if err != nil {
 			return nil, err
 		}
-		length := int(head[0])<<16 | int(head[1])<<8 | int(head[2])
-		typ, flags := head[3], head[4]
-		stream := binary.BigEndian.Uint32(head[5:]) & (1<<31 - 1)
-		// A server's connection preface is a SETTINGS frame: anything else
-		// (an HTTP/1 "HTTP/1.1 400 Bad Request", say) is no HTTP/2 server.
-		if first && (typ != frameSettings || flags&flagACK != 0 || stream != 0 || length%6 != 0 || length > maxFrame) {
-			return nil, fmt.Errorf("not an HTTP/2 server: it answered %q", head[:])
-		}
-		first = false
-		if length > maxFrame {
-			return nil, fmt.Errorf("the runtime sent a frame of %d bytes, more than %d", length, maxFrame)
-		}
-		if total += len(head) + length; total > maxAnswer {
-			return nil, fmt.Errorf("the runtime sent more than %d bytes without ending its answer", maxAnswer)
-		}
-		payload := buf[:length]
-		if _, err := io.ReadFull(conn, payload); err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return nil, errors.New("the runtime closed the connection in the middle of a frame")
-			}
-			return nil, err
-		}
-		if open && (typ != frameContinuation || stream != 1) {
+		if in.open && (typ != frameContinuation || stream != 1) {
 			return nil, errors.New("HTTP/2 protocol error: a header block without its CONTINUATION")
 		}
 		switch typ {
 		case frameData:
 			if stream == 1 && flags&flagEndStream != 0 {
-				return &r, nil
+				return &in.r, nil
 			}
 		case frameHeaders, frameContinuation:
-			if stream != 1 {
-				return nil, fmt.Errorf("HTTP/2 protocol error: a header block on stream %d", stream)
-			}
-			if typ == frameContinuation && !open {
-				return nil, errors.New("HTTP/2 protocol error: a CONTINUATION without a header block")
-			}
-			if typ == frameHeaders {
-				fragment, err := headerFragment(flags, payload)
-				if err != nil {
-					return nil, err
-				}
-				block, ends = append(block[:0], fragment...), flags&flagEndStream != 0
-			} else {
-				block = append(block, payload...)
-			}
-			if open = flags&flagEndHeaders == 0; open {
-				continue
-			}
-			fields, err := hdec.DecodeFull(block)
+			ended, err := in.headers(typ, flags, stream, payload)
 			if err != nil {
-				return nil, fmt.Errorf("HTTP/2 header block: %w", err)
+				return nil, err
 			}
-			r.take(fields, blocks)
-			blocks++
-			if ends {
-				return &r, nil
+			if ended {
+				return &in.r, nil
 			}
 		case frameRSTStream:
-			if stream == 1 && length == 4 {
+			if stream == 1 && len(payload) == 4 {
 				return nil, fmt.Errorf("the runtime reset the call: %s", errorCode(payload))
 			}
 		case frameSettings:
@@ -158,13 +103,13 @@ func call(conn net.Conn, path string) (*reply, error) {
 		case framePushPromise:
 			return nil, errors.New("HTTP/2 protocol error: the runtime pushed a promise")
 		case framePing:
-			if flags&flagACK == 0 && length == 8 {
+			if flags&flagACK == 0 && len(payload) == 8 {
 				if _, err := conn.Write(frame(framePing, flagACK, 0, payload)); err != nil {
 					return nil, err
 				}
 			}
 		case frameGoAway:
-			if length < 8 {
+			if len(payload) < 8 {
 				return nil, errors.New("the runtime sent GOAWAY")
 			}
 			return nil, fmt.Errorf("the runtime sent GOAWAY: %s %q", errorCode(payload[4:8]), payload[8:])
@@ -172,6 +117,88 @@ func call(conn net.Conn, path string) (*reply, error) {
 		// PRIORITY, WINDOW_UPDATE and types unknown to this client: nothing
 		// to do (a window only matters to a sender).
 	}
+}
+
+// frames is the server's side of a call as call reads it: its frames,
+// counted against maxAnswer, and the header blocks of stream 1.
+type frames struct {
+	conn  net.Conn
+	total int
+	first bool // no frame read yet: the server's preface comes next
+	head  [9]byte
+	buf   []byte // maxFrame bytes, each frame's payload in turn
+
+	r      reply
+	blocks int    // header blocks of stream 1 decoded
+	block  []byte // a header block being collected
+	open   bool   // block awaits a CONTINUATION
+	ends   bool   // the block being collected ends the stream
+	hdec   *hpack.Decoder
+}
+
+// next reads the next frame; its payload holds until the next call.
+func (in *frames) next() (typ, flags byte, stream uint32, payload []byte, err error) {
+	if _, err := io.ReadFull(in.conn, in.head[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, 0, 0, nil, errors.New("the runtime closed the connection before it answered")
+		}
+		return 0, 0, 0, nil, err
+	}
+	head := in.head
+	length := int(head[0])<<16 | int(head[1])<<8 | int(head[2])
+	typ, flags = head[3], head[4]
+	stream = binary.BigEndian.Uint32(head[5:]) & (1<<31 - 1)
+	// A server's connection preface is a SETTINGS frame: anything else
+	// (an HTTP/1 "HTTP/1.1 400 Bad Request", say) is no HTTP/2 server.
+	if in.first && (typ != frameSettings || flags&flagACK != 0 || stream != 0 || length%6 != 0 || length > maxFrame) {
+		return 0, 0, 0, nil, fmt.Errorf("not an HTTP/2 server: it answered %q", head[:])
+	}
+	in.first = false
+	if length > maxFrame {
+		return 0, 0, 0, nil, fmt.Errorf("the runtime sent a frame of %d bytes, more than %d", length, maxFrame)
+	}
+	if in.total += len(head) + length; in.total > maxAnswer {
+		return 0, 0, 0, nil, fmt.Errorf("the runtime sent more than %d bytes without ending its answer", maxAnswer)
+	}
+	payload = in.buf[:length]
+	if _, err := io.ReadFull(in.conn, payload); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, 0, 0, nil, errors.New("the runtime closed the connection in the middle of a frame")
+		}
+		return 0, 0, 0, nil, err
+	}
+	return typ, flags, stream, payload, nil
+}
+
+// headers collects a HEADERS or CONTINUATION frame into the header block
+// under way and, once the block is whole, decodes it into the reply.
+// ended says the block ended stream 1: the answer is complete.
+func (in *frames) headers(typ, flags byte, stream uint32, payload []byte) (ended bool, err error) {
+	if stream != 1 {
+		return false, fmt.Errorf("HTTP/2 protocol error: a header block on stream %d", stream)
+	}
+	if typ == frameContinuation && !in.open {
+		return false, errors.New("HTTP/2 protocol error: a CONTINUATION without a header block")
+	}
+	if typ == frameHeaders {
+		fragment, err := headerFragment(flags, payload)
+		if err != nil {
+			return false, err
+		}
+		in.block, in.ends = append(in.block[:0], fragment...), flags&flagEndStream != 0
+	} else {
+		in.block = append(in.block, payload...)
+	}
+	if in.open = flags&flagEndHeaders == 0; in.open {
+		return false, nil
+	}
+	fields, err := in.hdec.DecodeFull(in.block)
+	if err != nil {
+		return false, fmt.Errorf("HTTP/2 header block: %w", err)
+	}
+	in.r.take(fields, in.blocks)
+	in.blocks++
+	return in.ends, nil
 }
 
 // take keeps the fields of the call's header block n: its :status and
