@@ -86,17 +86,9 @@ func readHost(extra []string) (*hostState, error) {
 	if h.tables, err = nftTables(); err != nil {
 		return nil, err
 	}
-	out, err := run(10*time.Second, "ip", "-o", "link", "show")
-	if err != nil {
+	if h.links, err = readLinks(); err != nil {
 		return nil, err
 	}
-	for line := range strings.SplitSeq(out, "\n") {
-		if f := strings.Fields(line); len(f) > 1 {
-			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-			h.links = append(h.links, name)
-		}
-	}
-	sort.Strings(h.links)
 	for _, dir := range cgroupDirs() {
 		if dirExists(dir) {
 			h.cgroups = append(h.cgroups, dir)
@@ -455,9 +447,37 @@ func removeAll(p string) error {
 	return nil
 }
 
+// readLinks names the host's network links, sorted.
+func readLinks() ([]string, error) {
+	out, err := run(10*time.Second, "ip", "-o", "link", "show")
+	if err != nil {
+		return nil, err
+	}
+	var links []string
+	for line := range strings.SplitSeq(out, "\n") {
+		if f := strings.Fields(line); len(f) > 1 {
+			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+			links = append(links, name)
+		}
+	}
+	sort.Strings(links)
+	return links, nil
+}
+
+// linksSettle is how long verify waits for the host's links to be as
+// before: a pod's veth goes with its network namespace, which the kernel
+// frees some time after the namespace's last process has ended (a node
+// whose runtime ended before its pods were killed leaves them so).
+const linksSettle = 10 * time.Second
+
 // verify compares the host now with h (the host before) and returns each
 // difference; extra are more directories under which no mount may be left.
 func (h *hostState) verify(extra ...string) []error {
+	for deadline := time.Now().Add(linksSettle); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if now, err := readLinks(); err != nil || slices.Equal(h.links, now) {
+			break
+		}
+	}
 	now, err := readHost(extra)
 	if err != nil {
 		return []error{err}
