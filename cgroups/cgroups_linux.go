@@ -40,16 +40,11 @@
 package cgroups
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 
-	occgroups "github.com/opencontainers/cgroups"
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeinit/nodeinit/config"
@@ -188,30 +183,7 @@ func place(o Options, act bool) (Result, error) {
 		return Result{}, log.failure(true, err)
 	}
 	var res Result
-	evacuate := evacuateByDefault(os.Getpid(), layout)
-	drivers := readDrivers("/", o.KubeletCgroupDriver, o.KubeletConfigured)
-	drivers.KubeletKeepsOwn = o.KubeletKeepsOwnDriver
-	drivers.PrivateRoot = evacuate
-	res.KubeletCgroupDriver = drivers.kubelet()
-	if act {
-		for _, w := range drivers.warnings() {
-			klog.Warning(w)
-		}
-	}
-	if o.V2Evacuate != nil {
-		evacuate = *o.V2Evacuate
-	}
-	if evacuate && act {
-		if err := evacuateRoot(layout); err != nil {
-			klog.Warningf("cgroup v2 root evacuation: %v", err)
-		} else {
-			res.Evacuated = true
-			// This process moved too: what follows must see /init.
-			if moved, err := ReadLayout("/"); err == nil {
-				layout = moved
-			}
-		}
-	}
+	layout = settleRoot(o, act, layout, &res)
 
 	target, err := discover(o.Parent, o.MesosPrefix, getenv)
 	if err != nil {
@@ -250,32 +222,72 @@ func place(o Options, act bool) (Result, error) {
 	if !o.ForKubelet {
 		return res, nil
 	}
-	if target.InOwn {
+	return res, handToKubelet(o, act, log, layout, target, own, in, &res)
+}
+
+// settleRoot settles the cgroup drivers (res.KubeletCgroupDriver, and a
+// warning for each disagreement when act) and, where asked or by default
+// at the root of a private v2 namespace, evacuates that root. It returns
+// the layout as this process sees it afterwards.
+func settleRoot(o Options, act bool, layout Layout, res *Result) Layout {
+	evacuate := evacuateByDefault(os.Getpid(), layout)
+	drivers := readDrivers("/", o.KubeletCgroupDriver, o.KubeletConfigured)
+	drivers.KubeletKeepsOwn = o.KubeletKeepsOwnDriver
+	drivers.PrivateRoot = evacuate
+	res.KubeletCgroupDriver = drivers.kubelet()
+	if act {
+		for _, w := range drivers.warnings() {
+			klog.Warning(w)
+		}
+	}
+	if o.V2Evacuate != nil {
+		evacuate = *o.V2Evacuate
+	}
+	if evacuate && act {
+		if err := evacuateRoot(layout); err != nil {
+			klog.Warningf("cgroup v2 root evacuation: %v", err)
+		} else {
+			res.Evacuated = true
+			// This process moved too: what follows must see /init.
+			if moved, err := ReadLayout("/"); err == nil {
+				layout = moved
+			}
+		}
+	}
+	return layout
+}
+
+// handToKubelet is place's last part: the cgroup root the kubelet can be
+// given (res.KubeletRoot), where nodeinit verifiably is (in) and the
+// kubelet's cgroup driver can name it. own is the container's cgroup.
+func handToKubelet(o Options, act bool, log logger, layout Layout, found target, own string, in func(Hierarchy) bool, res *Result) error {
+	var err error
+	if found.InOwn {
 		if own, err = ownCgroup(layout, res.Evacuated); err != nil {
-			return res, log.kubeletFailure(o, err)
+			return log.kubeletFailure(o, err)
 		}
 		if !res.Evacuated {
 			if res.Joined, err = ownLeaf(layout, o.V2Leaf, act); err != nil {
-				return res, log.kubeletFailure(o, err)
+				return log.kubeletFailure(o, err)
 			}
 		}
 	}
 	root, err := kubeletRoot(layout, "/", own, in)
 	if err != nil {
-		return res, log.kubeletFailure(o, err)
+		return log.kubeletFailure(o, err)
 	}
 	res.KubeletRoot = root
 	if res.KubeletCgroupDriver == DriverSystemd && root != "/" {
 		named, ok := systemdRoot(root)
 		if !ok {
 			res.KubeletRoot = ""
-			return res, log.kubeletFailure(o, fmt.Errorf("cgroup %s cannot be the kubelet's cgroup root: its cgroup driver is systemd, "+
+			return log.kubeletFailure(o, fmt.Errorf("cgroup %s cannot be the kubelet's cgroup root: its cgroup driver is systemd, "+
 				"which takes a root only as nested slices it names itself (--cgroup-root=/a/b is /a.slice/a-b.slice), and %s is none", root, root))
 		}
 		res.KubeletRoot, res.rootPath = named, root
 		log.Infof("the kubelet can take cgroup %s as its cgroup root, which its systemd cgroup driver names %s: nodeinit is in it in every hierarchy the kubelet checks (%s)",
 			root, named, names(Layout{Hierarchies: KubeletHierarchies(layout)}))
-		return res, nil
+		return nil
 	}
 	if root == "/" {
 		log.Infof("the container's cgroup %s is the root of the cgroup mounts, which is the kubelet's default cgroup root", own)
@@ -283,7 +295,7 @@ func place(o Options, act bool) (Result, error) {
 		log.Infof("the kubelet can take cgroup %s as its cgroup root: nodeinit is in it in every hierarchy the kubelet checks (%s)",
 			root, names(Layout{Hierarchies: KubeletHierarchies(layout)}))
 	}
-	return res, nil
+	return nil
 }
 
 // ownCgroup is the cgroup the container runtime started this process in,
@@ -310,31 +322,6 @@ func ownCgroup(l Layout, evacuated bool) (string, error) {
 		return "", fmt.Errorf("the container is in different cgroups of the hierarchies the kubelet uses (%s), so none can be its cgroup root", strings.Join(all, " "))
 	}
 	return own, nil
-}
-
-// ownLeaf moves this process into the leaf of the unified cgroup it was
-// started in (as planJoin decides it) when that cgroup is to be the
-// kubelet's root on a pure v2 host and offers controllers: the kubelet
-// enables them there for its pods, which the kernel refuses while nodeinit
-// and its children live in the cgroup itself. It returns where this
-// process is now (or, without act, would be), nil where it stays.
-func ownLeaf(l Layout, leaf string, act bool) (map[string]string, error) {
-	h, ok := l.Unified()
-	if !ok || l.Mode() != V2 {
-		return nil, nil
-	}
-	steps := planJoin(l, "/", h.Current, leaf, true)
-	if len(steps) != 1 || steps[0].Missing != "" || steps[0].Cgroup == h.Current {
-		return nil, nil
-	}
-	if !act {
-		return map[string]string{h.Name(): steps[0].Cgroup}, nil
-	}
-	joined, err := join(l, h.Current, leaf, true)
-	if err != nil {
-		return joined, fmt.Errorf("cgroup %s cannot be the kubelet's cgroup root while nodeinit lives in it, and its leaf cannot be joined: %w", h.Current, err)
-	}
-	return joined, nil
 }
 
 // logger is Setup's log; Preview's is quiet, for --write-flags prints
@@ -368,201 +355,6 @@ func (l logger) kubeletFailure(o Options, err error) error {
 		klog.WarningfDepth(1, "%v; the executor gets no --cgroup-root", err)
 	}
 	return nil
-}
-
-// join moves this process into cgroup in every hierarchy where it exists
-// (into the v2 leaf where planJoin says so: kubeletRoot says the cgroup is
-// to be the kubelet's root), then verifies the move in /proc/self/cgroup. It tries every hierarchy even
-// when one fails, so that the error can say where nodeinit is now.
-func join(l Layout, cgroup, leaf string, kubeletRoot bool) (map[string]string, error) {
-	if l.Mode() == NoCgroups {
-		return nil, errors.New("no cgroup filesystem is mounted (no cgroup or cgroup2 line in /proc/self/mountinfo)")
-	}
-	steps := planJoin(l, "/", cgroup, leaf, kubeletRoot)
-	var found, missing []step
-	for _, s := range steps {
-		if s.Missing == "" {
-			found = append(found, s)
-		} else {
-			missing = append(missing, s)
-		}
-	}
-	if len(found) == 0 {
-		return nil, fmt.Errorf("cgroup %s exists in none of the mounted hierarchies (%s)", cgroup, names(l))
-	}
-	if len(missing) > 0 {
-		// Normal for Mesos: with its default isolation (posix/cpu,
-		// posix/mem) the agent makes a container's cgroup only in the
-		// freezer and name=systemd hierarchies, and on a hybrid host never
-		// in the unified one. Whether the kubelet can use the cgroup is
-		// decided, and warned about, apart from joining it.
-		var in, stay, unreachable []string
-		for _, s := range found {
-			in = append(in, s.Hierarchy.Name())
-		}
-		for _, s := range missing {
-			stay = append(stay, s.Hierarchy.Name()+":"+s.Hierarchy.Current)
-			if !strings.HasPrefix(s.Missing, "cgroup ") {
-				unreachable = append(unreachable, "; "+s.Missing)
-			}
-		}
-		klog.Infof("cgroup %s exists only in the %s; staying in %s there%s",
-			cgroup, plural(in, "hierarchy", "hierarchies"), strings.Join(stay, " "), strings.Join(unreachable, ""))
-	}
-
-	pid := os.Getpid()
-	var failed, readOnly []string
-	for _, s := range found {
-		err := enter(s, pid)
-		switch {
-		case errors.Is(err, unix.EROFS):
-			readOnly = append(readOnly, s.Hierarchy.Name())
-		case err != nil:
-			failed = append(failed, err.Error())
-		}
-	}
-	// A read-only cgroupfs fails every hierarchy the same way: one clause
-	// for all of them, not one error with its path per hierarchy.
-	if len(readOnly) > 0 {
-		failed = append(failed, fmt.Sprintf("cannot join cgroup %s in the %s: mounted read-only",
-			cgroup, plural(readOnly, "hierarchy", "hierarchies")))
-	}
-	own, err := occgroups.ParseCgroupFile("/proc/self/cgroup")
-	if err != nil {
-		return nil, fmt.Errorf("verify the cgroup move: %w", err)
-	}
-	now := cgroupsOf(l, own)
-	joined := map[string]string{}
-	for _, s := range found {
-		name := s.Hierarchy.Name()
-		if now[name] == s.Cgroup {
-			joined[name] = s.Cgroup
-		} else if len(failed) == 0 {
-			failed = append(failed, fmt.Sprintf("wrote pid %d into cgroup %s of the %s hierarchy, but /proc/self/cgroup shows %q", pid, s.Cgroup, name, now[name]))
-		}
-	}
-	if len(failed) > 0 {
-		return joined, fmt.Errorf("%s (now in %s)", strings.Join(failed, "; "), describe(l, now))
-	}
-	klog.Infof("joined cgroup %s: now in %s", cgroup, describe(l, now))
-	return joined, nil
-}
-
-// enter moves pid into the cgroup of one step, creating the v2 leaf first
-// when the plan needs it.
-func enter(s step, pid int) error {
-	if s.CreateLeaf {
-		if err := os.Mkdir(s.Dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("create the v2 leaf cgroup %s: %w", s.Cgroup, err)
-		}
-	}
-	err := occgroups.WriteCgroupProc(s.Dir, pid)
-	if err == nil {
-		return nil
-	}
-	hint := ""
-	if errors.Is(err, unix.ENOSPC) && slices.Contains(s.Hierarchy.Controllers, "cpuset") {
-		hint = " (its cpuset.cpus or cpuset.mems is empty)"
-	}
-	// WriteCgroupProc says "failed to write <pid>: <path error>": keep the
-	// path error, which names the file.
-	if inner := errors.Unwrap(err); inner != nil {
-		err = inner
-	}
-	return fmt.Errorf("join cgroup %s in the %s hierarchy: %w%s", s.Cgroup, s.Hierarchy.Name(), err, hint)
-}
-
-// evacuateByDefault is the auto value of --cgroup-v2-evacuate: true when
-// nodeinit is PID 1 on a pure v2 host at the root of its cgroup namespace,
-// where the kubelet could not create pod cgroups beside it, and the
-// cgroup2 mount shows that root (never the host's tree above it).
-func evacuateByDefault(pid int, l Layout) bool {
-	h, ok := l.Unified()
-	if !ok {
-		return false
-	}
-	_, shown := h.Dir("/", "/")
-	return pid == 1 && l.Mode() == V2 && h.Current == "/" && shown
-}
-
-// evacuateRoot moves every process of the namespace's root cgroup into
-// /init and enables every available controller for the root's children.
-func evacuateRoot(l Layout) error {
-	if l.Mode() != V2 {
-		return fmt.Errorf("only for cgroup v2, and this is %s", l.Mode())
-	}
-	h, _ := l.Unified()
-	root, ok := h.Dir("/", "/")
-	if !ok {
-		return fmt.Errorf("the cgroup2 mount at %s shows cgroup %s, not the namespace root", h.Mountpoint, h.Root)
-	}
-	dest := filepath.Join(root, evacuationCgroup)
-	if err := os.Mkdir(dest, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		if errors.Is(err, unix.EROFS) {
-			return fmt.Errorf("the cgroup filesystem at %s is read-only, so the processes of the root stay there and the kubelet may fail to create pod cgroups (mount it read-write)", h.Mountpoint)
-		}
-		return fmt.Errorf("create %s: %w", evacuationCgroup, err)
-	}
-	moved, err := moveAll(root, dest)
-	if err != nil {
-		return err
-	}
-	available, err := occgroups.ReadFile(root, "cgroup.controllers")
-	if err != nil {
-		return fmt.Errorf("read the root's controllers: %w", err)
-	}
-	var enabled, failed []string
-	for _, c := range strings.Fields(available) {
-		if err := occgroups.WriteFile(root, "cgroup.subtree_control", "+"+c); err != nil {
-			failed = append(failed, fmt.Sprintf("%s (%v)", c, errors.Unwrap(err)))
-			continue
-		}
-		enabled = append(enabled, c)
-	}
-	klog.Infof("moved %d processes of the root cgroup into %s; controllers enabled for its children: %s",
-		moved, evacuationCgroup, strings.Join(enabled, " "))
-	if len(failed) > 0 {
-		return fmt.Errorf("could not enable controllers in the root's cgroup.subtree_control: %s", strings.Join(failed, ", "))
-	}
-	return nil
-}
-
-// moveAll moves every process of the cgroup at dir into the one at dest. A
-// process may fork while it runs, so it reads cgroup.procs again until it is
-// empty, a bounded number of times.
-func moveAll(dir, dest string) (int, error) {
-	moved := 0
-	for range 5 {
-		pids, err := occgroups.GetPids(dir)
-		if err != nil {
-			return moved, fmt.Errorf("list the processes of the root cgroup: %w", err)
-		}
-		if len(pids) == 0 {
-			return moved, nil
-		}
-		outside := 0
-		for _, pid := range pids {
-			// A process outside this pid namespace reads as pid 0, and
-			// writing 0 would move the writer itself: it cannot be moved
-			// from here.
-			if pid == 0 {
-				outside++
-				continue
-			}
-			err := occgroups.WriteCgroupProc(dest, pid)
-			if errors.Is(err, unix.ESRCH) {
-				continue // it exited meanwhile
-			}
-			if err != nil {
-				return moved, fmt.Errorf("move pid %d into %s: %w", pid, evacuationCgroup, err)
-			}
-			moved++
-		}
-		if outside == len(pids) {
-			return moved, fmt.Errorf("%d processes of the root cgroup are outside nodeinit's pid namespace and cannot be moved into %s", outside, evacuationCgroup)
-		}
-	}
-	return moved, fmt.Errorf("the root cgroup still has processes after moving %d of them into %s", moved, evacuationCgroup)
 }
 
 // plural names the items of list with the noun that fits their number:
