@@ -107,15 +107,25 @@ func TestARefusalOnTheAcceptLoopAllocatesNothing(t *testing.T) {
 	// The first refusal walks, remembers the test process and is logged.
 	flood(100)
 	refused(t, b, 100)
+	// The counts are the whole process's: what goroutines an earlier test
+	// left behind (a connection timing out, a log line) allocate in the
+	// same window. So a flood is measured up to three times, and one
+	// clean count is enough; a refusal that allocates fails all three.
 	const n = 20000
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	flood(n)
-	refused(t, b, 100+n)
-	runtime.ReadMemStats(&after)
-	allocs := float64(after.Mallocs-before.Mallocs) / n
-	t.Logf("%.3f allocations, %.1f bytes per refusal; %d collections", allocs, float64(after.TotalAlloc-before.TotalAlloc)/n, after.NumGC-before.NumGC)
-	if allocs > 0.05 {
-		t.Errorf("%.3f allocations per refusal, want none", allocs)
+	total := 100
+	var allocs float64
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		flood(n)
+		total += n
+		refused(t, b, total)
+		runtime.ReadMemStats(&after)
+		allocs = float64(after.Mallocs-before.Mallocs) / n
+		t.Logf("%.3f allocations, %.1f bytes per refusal; %d collections", allocs, float64(after.TotalAlloc-before.TotalAlloc)/n, after.NumGC-before.NumGC)
+		if allocs <= 0.05 {
+			return
+		}
 	}
+	t.Errorf("%.3f allocations per refusal in the last of three floods, want none", allocs)
 }
