@@ -37,7 +37,7 @@ const (
 // conformanceAgnhostPackages are the Debian packages of the agnhost image's
 // root: the tools upstream's Alpine image carries for the specs that exec
 // them in its pods (images/agnhost/Dockerfile names which is which).
-var conformanceAgnhostPackages = []string{"bind9-dnsutils", "curl", "netcat-openbsd", "iproute2", "iperf", "socat", "util-linux", "ca-certificates"}
+var conformanceAgnhostPackages = []string{"bind9-dnsutils", "curl", "netcat-openbsd", "iproute2", "iperf", "socat", "util-linux", "ca-certificates", "net-tools", "procps", "wget", "iputils-ping"}
 
 // TestConformance runs Kubernetes' own end-to-end suite (e2e.test, of the
 // release the real-node tests run) against one nodeinit node on the shared
