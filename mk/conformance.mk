@@ -1,0 +1,34 @@
+# Kubernetes' own end-to-end suite against a nodeinit node: e2e.test of the
+# release test/k8s/build pins, run on the real-node suite's control plane
+# against one node of nodeinit with the real kubelet and kube-proxy
+# (TestConformance in test/k8s). Included by the Makefile, which defines GO
+# and FAILURES. test/k8s/conformance/build.sh builds the suite and agnhost
+# from the Go module proxy into the cache make k8s uses, with make k8s's
+# flags, so that what both compile is compiled once; the suite's images are
+# made here on the first run (images/agnhost, images/busybox) and kept
+# beside the build. docs/conformance.md has the last results.
+
+# The specs a run selects: CONFORMANCE_SPECS, a file of full spec names,
+# one a line (the fixed set CI can afford, by default), or a ginkgo focus
+# of your own, CONFORMANCE_FOCUS='\[Conformance\]' say, which then wins.
+CONFORMANCE_SPECS   ?= test/k8s/conformance/ci-specs.txt
+CONFORMANCE_FOCUS   ?=
+# Where junit.xml, results.md (the table) and e2e.log go.
+CONFORMANCE_REPORT  ?= $(BIN)/conformance
+# The suite's own bound, and the bound of the whole run around it.
+CONFORMANCE_TIMEOUT ?= 30m
+CONFORMANCE_GO_TIMEOUT ?= 45m
+
+.PHONY: conformance conformance-build
+
+conformance-build: ## e2e.test and agnhost of the suite's release, into make k8s's cache (3 min when make k8s has filled the build cache, 20–25 the first time)
+	nice test/k8s/conformance/build.sh $(K8S_CACHE)
+
+conformance: ## Kubernetes' e2e suite on a nodeinit node: CONFORMANCE_SPECS (the CI set, ≈ 8 min) or CONFORMANCE_FOCUS; JUnit and a table in CONFORMANCE_REPORT (root)
+	@bin=$$(nice test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
+	  suite=$$(nice test/k8s/conformance/build.sh $(K8S_CACHE) | tail -n 1) && \
+	  echo "Kubernetes binaries: $$bin; the e2e suite: $$suite" && \
+	  NODEINIT_K8S_BIN=$$bin NODEINIT_CONFORMANCE_BIN=$$suite \
+	  NODEINIT_CONFORMANCE_REPORT=$(abspath $(CONFORMANCE_REPORT)) NODEINIT_CONFORMANCE_TIMEOUT=$(CONFORMANCE_TIMEOUT) \
+	  $(if $(CONFORMANCE_FOCUS),NODEINIT_CONFORMANCE_FOCUS='$(CONFORMANCE_FOCUS)',NODEINIT_CONFORMANCE_SPECS=$(abspath $(CONFORMANCE_SPECS))) \
+	  $(GO) test -tags k8s -count=1 -json -timeout $(CONFORMANCE_GO_TIMEOUT) -run '^TestConformance$$' ./test/k8s | $(FAILURES)
