@@ -69,24 +69,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri",
 // pod runs below the cgroup root nodeinit handed over.
 func TestNodeWithContainerd2TakesItsCgroupDriver(t *testing.T) {
 	c := getCluster(t)
-	bin := filepath.Join(c.bin, "containerd-"+containerd2Version)
-	if _, err := os.Stat(filepath.Join(bin, "containerd")); err != nil {
-		t.Fatalf("containerd %s is missing from %s: run make k8s", containerd2Version, c.bin)
-	}
-	ctd, err := startContainerdFrom(filepath.Join(c.dir, "containerd2"), filepath.Join(c.bin, "crictl"), bin, containerd2Config)
-	if ctd != nil {
-		t.Cleanup(func() {
-			for _, err := range ctd.removePods() {
-				t.Error(err)
-			}
-			if err := ctd.stop(15 * time.Second); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctd, bin := startContainerd2(t, c, "containerd2")
 	version, err := run(10*time.Second, filepath.Join(bin, "containerd"), "--version")
 	must(t, err)
 	t.Logf("runtime: %s", strings.TrimSpace(version))
@@ -143,4 +126,30 @@ func grepLines(text string, words ...string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// startContainerd2 starts the containerd 2 that make k8s builds in the
+// fixture's directory dir, and stops it and removes its pods when the test
+// ends. It returns the containerd and the directory of its binaries.
+func startContainerd2(t *testing.T, c *cluster, dir string) (*containerd, string) {
+	t.Helper()
+	bin := filepath.Join(c.bin, "containerd-"+containerd2Version)
+	if _, err := os.Stat(filepath.Join(bin, "containerd")); err != nil {
+		t.Fatalf("containerd %s is missing from %s: run make k8s", containerd2Version, c.bin)
+	}
+	ctd, err := startContainerdFrom(filepath.Join(c.dir, dir), filepath.Join(c.bin, "crictl"), bin, containerd2Config)
+	if ctd != nil {
+		t.Cleanup(func() {
+			for _, err := range ctd.removePods() {
+				t.Error(err)
+			}
+			if err := ctd.stop(15 * time.Second); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctd, bin
 }

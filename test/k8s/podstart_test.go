@@ -121,24 +121,7 @@ func podStartNode(t *testing.T, c *cluster, runtime *containerd, bin string) pod
 // and removes its pods when the test ends.
 func podStartContainerd2(t *testing.T, c *cluster) *containerd {
 	t.Helper()
-	bin := filepath.Join(c.bin, "containerd-"+containerd2Version)
-	if _, err := os.Stat(filepath.Join(bin, "containerd")); err != nil {
-		t.Fatalf("containerd %s is missing from %s: run make k8s", containerd2Version, c.bin)
-	}
-	ctd, err := startContainerdFrom(filepath.Join(c.dir, "containerd2-podstart"), filepath.Join(c.bin, "crictl"), bin, containerd2Config)
-	if ctd != nil {
-		t.Cleanup(func() {
-			for _, err := range ctd.removePods() {
-				t.Error(err)
-			}
-			if err := ctd.stop(15 * time.Second); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctd, _ := startContainerd2(t, c, "containerd2-podstart")
 	for _, a := range c.archives {
 		must(t, ctd.importImage(a))
 	}
