@@ -266,12 +266,19 @@ func TestWithoutAHostBusOneLineSaysTheHostsShutdownWillNotDrain(t *testing.T) {
 	}
 }
 
-// openFDs counts the open descriptors of the process pid.
-func openFDs(t *testing.T, pid int) int {
+// openFDs lists the open descriptors of the process pid, each as
+// "fd -> target".
+func openFDs(t *testing.T, pid int) []string {
 	t.Helper()
-	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(dir)
 	must(t, err)
-	return len(entries)
+	var fds []string
+	for _, e := range entries {
+		target, _ := os.Readlink(filepath.Join(dir, e.Name()))
+		fds = append(fds, e.Name()+" -> "+target)
+	}
+	return fds
 }
 
 // Anyone on the host's bus may send nodeinit's connection there signals
@@ -282,6 +289,9 @@ func TestDescriptorsSentToNodeinitOnTheHostsBusAreClosed(t *testing.T) {
 	testenv.RequireRoot(t)
 	i, host, _, address := hostNode(t, asPID1, 30*time.Second, 100*time.Millisecond)
 	pid := i.Pid()
+	// The stand-in logind counts a lock before nodeinit has its reply:
+	// nodeinit's line says that it holds the lock's descriptor.
+	i.WaitForLog(5*time.Second, 'I', "Took a shutdown delay lock on the host's logind")
 	before := openFDs(t, pid)
 	other := hostlogindtest.Impostor(t, address)
 	other.SendDescriptors(host.Locks()[0].Sender, 50)
@@ -293,9 +303,10 @@ func TestDescriptorsSentToNodeinitOnTheHostsBusAreClosed(t *testing.T) {
 	again.WaitFor(10*time.Second, "a lock on the new logind", hostlogindtest.Holding(1))
 	host.WaitFor(10*time.Second, "the old lock's release", hostlogindtest.Holding(0))
 	after := openFDs(t, pid)
-	t.Logf("nodeinit (PID 1) open descriptors: %d before 50 signals with 2 each, %d after", before, after)
-	if after > before {
-		t.Errorf("nodeinit holds %d descriptors more after the signals", after-before)
+	t.Logf("nodeinit (PID 1) open descriptors: %d before 50 signals with 2 each, %d after", len(before), len(after))
+	if len(after) > len(before) {
+		t.Errorf("nodeinit holds %d descriptors more after the signals:\nbefore: %s\nafter:  %s",
+			len(after)-len(before), strings.Join(before, ", "), strings.Join(after, ", "))
 	}
 	if code := i.Stop(10 * time.Second); code != 0 {
 		t.Errorf("exit %d after TERM; log:\n%s", code, i.Log())
