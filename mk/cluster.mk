@@ -8,7 +8,8 @@
 
 NODES   ?= 3
 NAME    ?= nodeinit
-CLUSTER_DIR ?= /var/lib/nodeinit-cluster/$(NAME)
+# Empty: the command's default, /var/lib/nodeinit-cluster/NAME.
+CLUSTER_DIR ?=
 E2E_CLUSTER_TIMEOUT ?= 20m
 
 .PHONY: cluster-build cluster cluster-down e2e-cluster lint-cluster
@@ -22,11 +23,11 @@ $(BIN)/pause: test/k8s/pause/main.go
 
 cluster: build $(BIN)/pause ## a cluster of NODES (3) nodeinit nodes with flannel and CoreDNS; prints how to use kubectl with it (root)
 	@bin=$$(test/k8s/build/build.sh | tail -n 1) && net=$$(test/cluster/build/build.sh | tail -n 1) && \
-	  $(GO) run ./test/cluster/cmd/cluster create --name=$(NAME) --nodes=$(NODES) --dir=$(CLUSTER_DIR) \
+	  $(GO) run ./test/cluster/cmd/cluster create --name=$(NAME) --nodes=$(NODES) $(if $(CLUSTER_DIR),--dir=$(CLUSTER_DIR)) \
 	    --k8s-bin=$$bin --net-bin=$$net --nodeinit=$(BIN)/nodeinit --pause=$(BIN)/pause
 
 cluster-down: ## take the cluster NAME (nodeinit) down: containers, network, volumes, cgroups, its directory (root)
-	$(GO) run ./test/cluster/cmd/cluster delete --name=$(NAME) --dir=$(CLUSTER_DIR)
+	$(GO) run ./test/cluster/cmd/cluster delete --name=$(NAME) $(if $(CLUSTER_DIR),--dir=$(CLUSTER_DIR))
 
 e2e-cluster: build $(BIN)/pause ## the cluster test: 3 nodes up, pod network, Services, DNS, logs/exec, a node stopped and started, the cluster deleted and nothing left (root)
 	@bin=$$(test/k8s/build/build.sh | tail -n 1) && net=$$(test/cluster/build/build.sh | tail -n 1) && \

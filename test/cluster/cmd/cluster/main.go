@@ -18,6 +18,9 @@ import (
 	"github.com/nodeinit/nodeinit/test/cluster"
 )
 
+// clustersDir holds the clusters' directories by default.
+const clustersDir = "/var/lib/nodeinit-cluster"
+
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
@@ -43,8 +46,9 @@ func run(args []string) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	if *dir == "" {
-		*dir = filepath.Join("/var/lib/nodeinit-cluster", *name)
+	defaultDir := *dir == ""
+	if defaultDir {
+		*dir = filepath.Join(clustersDir, *name)
 	}
 	logf := func(format string, a ...any) {
 		fmt.Printf("%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
@@ -59,6 +63,10 @@ func run(args []string) error {
 				fmt.Fprintln(os.Stderr, "cluster:", err)
 			}
 			return fmt.Errorf("cluster %s deleted with %d errors", c.Name, len(errs))
+		}
+		// The clusters' directory goes with the last of them.
+		if defaultDir {
+			_ = os.Remove(clustersDir)
 		}
 		logf("cluster %s deleted", c.Name)
 		return nil
