@@ -1,0 +1,369 @@
+//go:build cluster
+
+package cluster_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeinit/nodeinit/test/cluster"
+	"github.com/nodeinit/nodeinit/test/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// workloads are what the test runs on the cluster: a DaemonSet of web
+// servers (one per node, each answering with its pod's name) behind a
+// ClusterIP and a NodePort Service, and a Deployment of three that a
+// drain moves.
+const workloads = `apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: probe, namespace: default}
+spec:
+  selector: {matchLabels: {app: probe}}
+  template:
+    metadata: {labels: {app: probe}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: httpd
+        image: ` + cluster.BusyboxImage + `
+        command: [sh, -c, 'mkdir -p /www && hostname > /www/index.html && echo "serving $(hostname) on $NODE" && exec httpd -f -p 8080 -h /www']
+        env:
+        - name: NODE
+          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+        ports: [{containerPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: probe, namespace: default}
+spec:
+  selector: {app: probe}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: probe-nodeport, namespace: default}
+spec:
+  type: NodePort
+  selector: {app: probe}
+  ports: [{port: 80, targetPort: 8080, nodePort: 30080}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: httpd
+        image: ` + cluster.BusyboxImage + `
+        command: [sh, -c, 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www']
+`
+
+// TestCluster brings up a cluster of three nodeinit nodes (each running
+// its own containerd) with flannel and CoreDNS, and checks what a user of
+// kind relies on: a DaemonSet's pod on every node, pod to pod across
+// nodes, a ClusterIP and a NodePort Service from every node, a Service
+// resolved by name through CoreDNS, kubectl logs and exec to a pod on
+// each node; then one node drained and stopped (its pods rescheduled) and
+// started again (the same machine-id, Ready); then the cluster deleted,
+// with nothing of it left on the machine.
+func TestCluster(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, tool := range []string{"podman", "mmdebstrap", "runc", "etcd", "nft", "busybox"} {
+		testenv.RequireTool(t, tool)
+	}
+	k8sBin := buildDir(t, "NODEINIT_K8S_BIN", "test/k8s/build/build.sh")
+	netBin := buildDir(t, "NODEINIT_CLUSTER_BIN", "test/cluster/build/build.sh")
+	dir, err := os.MkdirTemp("", "nodeinit-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cluster.Config{
+		Name: "nitest", Nodes: 3, Dir: dir, Subnet: "172.30.41.0/24",
+		K8sBin: k8sBin, NetBin: netBin, Repo: testenv.ModuleRoot(t),
+		NodeInit: testenv.Build(t, "./cmd/nodeinit"), Pause: testenv.Build(t, "./test/k8s/pause"),
+		BaseCache: filepath.Dir(netBin),
+	}
+	before, err := cluster.ReadHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cluster.Create(cfg, t.Logf)
+	deleted := false
+	if c != nil {
+		t.Cleanup(func() {
+			if !deleted {
+				if t.Failed() {
+					dumpCluster(t, c)
+				}
+				for _, err := range c.Delete() {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := c.Times
+	t.Logf("cluster up: images %v, control plane %v; node containers started and images loaded %v, first Node Ready %v, all %d Ready %v, flannel and CoreDNS ready %v after the start",
+		r(tm.Images), r(tm.ControlPlane), r(tm.NodesStarted), r(tm.FirstReady), len(c.NodeNames), r(tm.AllReady), r(tm.Addons))
+
+	if _, err := c.KubectlIn(time.Minute, workloads, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []string{"daemonset/probe", "deployment/web"} {
+		must(t, kubectl(c, 3*time.Minute, "rollout", "status", o, "--timeout=180s"))
+	}
+
+	probes := podsOf(t, c, "app=probe")
+	t.Run("DaemonSetOnEveryNode", func(t *testing.T) {
+		var nodes []string
+		for _, p := range probes {
+			nodes = append(nodes, p.node)
+		}
+		sort.Strings(nodes)
+		if !slices.Equal(nodes, c.NodeNames) {
+			t.Errorf("the DaemonSet's pods run on %v; want one on each of %v", nodes, c.NodeNames)
+		}
+	})
+
+	t.Run("PodToPodAcrossNodes", func(t *testing.T) {
+		for _, from := range probes {
+			for _, to := range probes {
+				if from.node == to.node {
+					continue
+				}
+				out, err := kubectlOut(c, time.Minute, "exec", from.name, "--", "sh", "-c", httpGet(to.ip, 8080))
+				if err != nil || lastLine(out) != to.name {
+					t.Errorf("from %s (%s) to %s (%s, %s): %q, %v", from.name, from.node, to.name, to.node, to.ip, out, err)
+				}
+			}
+		}
+		a, b := probes[0], probes[1]
+		ping, err := kubectlOut(c, time.Minute, "exec", a.name, "--", "ping", "-c", "10", "-i", "0.2", "-q", b.ip)
+		must(t, err)
+		t.Logf("pod to pod across nodes (%s on %s to %s on %s): ping %s; HTTP request (nc, process start included) %v",
+			a.name, a.node, b.name, b.node, pingSummary(ping), perRequest(t, c, a.name, b.ip, 8080))
+	})
+
+	svc, err := kubectlOut(c, time.Minute, "get", "service", "probe", "-o", "jsonpath={.spec.clusterIP}")
+	must(t, err)
+	t.Run("ServicesFromEveryNode", func(t *testing.T) {
+		for _, n := range c.NodeNames {
+			for i := range 3 {
+				out, err := c.Podman(time.Minute, "exec", n, "curl", "-sS", "-m", "5", "http://"+svc+"/")
+				if err != nil || !strings.HasPrefix(strings.TrimSpace(out), "probe-") {
+					t.Errorf("ClusterIP %s from node %s (try %d): %q, %v", svc, n, i, out, err)
+				}
+			}
+			for _, ip := range c.NodeIPs {
+				out, err := c.Podman(time.Minute, "exec", n, "curl", "-sS", "-m", "5", "http://"+ip+":30080/")
+				if err != nil || !strings.HasPrefix(strings.TrimSpace(out), "probe-") {
+					t.Errorf("NodePort %s:30080 from node %s: %q, %v", ip, n, out, err)
+				}
+			}
+		}
+		t.Logf("ClusterIP Service %s from a pod on %s: %v a request (nc, process start included)", svc, probes[0].node, perRequest(t, c, probes[0].name, svc, 80))
+	})
+
+	t.Run("DNS", func(t *testing.T) {
+		for _, name := range []string{"probe", "probe.default.svc.cluster.local", "kubernetes.default.svc.cluster.local"} {
+			// busybox's nslookup tries the search domains too, and exits
+			// 1 when any of them has no answer: its output says.
+			out, err := kubectlOut(c, time.Minute, "exec", probes[0].name, "--", "sh", "-c", "nslookup "+name+" 2>&1; true")
+			if err != nil {
+				t.Errorf("nslookup %s: %v", name, err)
+				continue
+			}
+			t.Logf("nslookup %s:\n%s", name, out)
+			if !strings.Contains(out, cluster.DNSIP) {
+				t.Errorf("nslookup %s was not answered by CoreDNS at %s:\n%s", name, cluster.DNSIP, out)
+			}
+			if strings.HasPrefix(name, "probe") && !strings.Contains(out, "Address: "+svc) && !strings.Contains(out, "Address 1: "+svc) {
+				t.Errorf("nslookup %s did not give the Service's %s:\n%s", name, svc, out)
+			}
+		}
+	})
+
+	t.Run("LogsAndExecOnEveryNode", func(t *testing.T) {
+		for _, p := range probes {
+			out, err := kubectlOut(c, time.Minute, "logs", p.name)
+			if err != nil || !strings.Contains(out, "serving "+p.name+" on "+p.node) {
+				t.Errorf("kubectl logs %s (on %s): %q, %v", p.name, p.node, out, err)
+			}
+			out, err = kubectlOut(c, time.Minute, "exec", p.name, "--", "cat", "/www/index.html")
+			if err != nil || strings.TrimSpace(out) != p.name {
+				t.Errorf("kubectl exec %s (on %s): %q, %v", p.name, p.node, out, err)
+			}
+		}
+	})
+
+	t.Run("NodeStoppedAndStarted", func(t *testing.T) {
+		node := c.NodeNames[1]
+		id, err := c.Podman(time.Minute, "exec", node, "cat", "/etc/machine-id")
+		must(t, err)
+		drain, stop, err := c.StopNode(node)
+		must(t, err)
+		code, err := c.Podman(time.Minute, "inspect", "--format", "{{.State.ExitCode}}", node)
+		must(t, err)
+		t.Logf("node %s drained in %v, its container stopped in %v, exit code %s", node, r(drain), r(stop), strings.TrimSpace(code))
+		if strings.TrimSpace(code) != "0" {
+			t.Errorf("node %s's nodeinit exited %s after podman stop; want the kubelet's 0", node, strings.TrimSpace(code))
+		}
+		must(t, kubectl(c, 3*time.Minute, "rollout", "status", "deployment/web", "--timeout=180s"))
+		for _, p := range podsOf(t, c, "app=web") {
+			if p.node == node {
+				t.Errorf("pod %s is still on the stopped node %s", p.name, node)
+			}
+		}
+		ready, err := c.StartNode(node)
+		must(t, err)
+		id2, err := c.Podman(time.Minute, "exec", node, "cat", "/etc/machine-id")
+		must(t, err)
+		t.Logf("node %s started again: Ready %v after podman start, machine-id %s", node, r(ready), strings.TrimSpace(id2))
+		if strings.TrimSpace(id) != strings.TrimSpace(id2) || len(strings.TrimSpace(id)) != 32 {
+			t.Errorf("node %s's machine-id was %q, is %q after its restart", node, id, id2)
+		}
+		must(t, kubectl(c, 3*time.Minute, "rollout", "status", "daemonset/probe", "--timeout=180s"))
+		if got := len(podsOf(t, c, "app=probe")); got != len(c.NodeNames) {
+			t.Errorf("%d DaemonSet pods after the node's restart; want %d", got, len(c.NodeNames))
+		}
+	})
+
+	t.Run("DeletedWithNothingLeft", func(t *testing.T) {
+		start := time.Now()
+		deleted = true
+		for _, err := range c.Delete() {
+			t.Error(err)
+		}
+		t.Logf("cluster deleted in %v", r(time.Since(start)))
+		for _, l := range c.Leftovers(before) {
+			t.Errorf("left on the machine: %s", l)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("the cluster's directory %s is still there", dir)
+		}
+	})
+}
+
+// pod is a pod's name, node and IP.
+type pod struct{ name, node, ip string }
+
+func podsOf(t *testing.T, c *cluster.Cluster, selector string) []pod {
+	t.Helper()
+	out, err := kubectlOut(c, time.Minute, "get", "pods", "-l", selector, "--field-selector=status.phase=Running",
+		"-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.podIP}{"\n"}{end}`)
+	must(t, err)
+	var pods []pod
+	for l := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(l); len(f) == 3 {
+			pods = append(pods, pod{f[0], f[1], f[2]})
+		}
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].node < pods[j].node })
+	return pods
+}
+
+// httpGet is a shell line that sends an HTTP GET to ip:port with busybox's
+// nc and prints the answer. (The static busybox's wget looks the "http"
+// port up through NSS, which a static glibc program cannot load: it
+// crashes.)
+func httpGet(ip string, port int) string {
+	return fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s %d`, ip, port)
+}
+
+// lastLine is the last non-empty line of an HTTP answer: the body the
+// web servers send, their pod's name.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(s, "\r", "")), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// perRequest is the mean time of 100 HTTP requests from a pod to
+// ip:port, each a new nc, timed by the pod's /proc/uptime (busybox's date
+// has no nanoseconds): 10 ms over 100 requests, 0.1 ms a request.
+func perRequest(t *testing.T, c *cluster.Cluster, from, ip string, port int) time.Duration {
+	t.Helper()
+	script := `cs() { read up rest < /proc/uptime; echo ${up%.*}${up#*.}; }; a=$(cs); for i in $(seq 100); do ` + httpGet(ip, port) +
+		` | grep -q probe- || exit 1; done; b=$(cs); echo $(( (b - a) * 100 ))`
+	out, err := kubectlOut(c, time.Minute, "exec", from, "--", "sh", "-c", script)
+	must(t, err)
+	us, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("timing %s:%d from %s: %q", ip, port, from, out)
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// pingSummary is ping's round-trip line.
+func pingSummary(out string) string {
+	for l := range strings.SplitSeq(out, "\n") {
+		if strings.Contains(l, "round-trip") || strings.Contains(l, "rtt") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return strings.TrimSpace(out)
+}
+
+func kubectl(c *cluster.Cluster, timeout time.Duration, args ...string) error {
+	_, err := c.Kubectl(timeout, args...)
+	return err
+}
+
+func kubectlOut(c *cluster.Cluster, timeout time.Duration, args ...string) (string, error) {
+	return c.Kubectl(timeout, args...)
+}
+
+// dumpCluster logs what a failed run needs: the pods, the nodes, each
+// node's nodeinit log and its kubelet's and containerd's last lines.
+func dumpCluster(t *testing.T, c *cluster.Cluster) {
+	out, err := c.Kubectl(time.Minute, "get", "nodes,pods", "--all-namespaces", "-o", "wide")
+	t.Logf("nodes and pods:\n%s%v", out, err)
+	out, _ = c.Kubectl(time.Minute, "get", "events", "--all-namespaces", "--sort-by=.lastTimestamp")
+	t.Logf("events:\n%s", testenv.Tail(out, 40))
+	for _, n := range c.NodeNames {
+		log, _ := c.Podman(time.Minute, "logs", n)
+		t.Logf("node %s, nodeinit's log:\n%s", n, testenv.Tail(log, 30))
+		for _, f := range []string{"executor.log", "runtime.log", "proxy.log"} {
+			out, _ := c.Podman(time.Minute, "exec", n, "tail", "-n", "25", "/var/log/nodeinit/"+f)
+			t.Logf("node %s, %s:\n%s", n, f, out)
+		}
+	}
+}
+
+// buildDir is a build's directory: $env when set, else what the build
+// script prints with --cached (the build itself is make's).
+func buildDir(t *testing.T, env, script string) string {
+	t.Helper()
+	if dir := os.Getenv(env); dir != "" {
+		return dir
+	}
+	out, err := exec.Command(filepath.Join(testenv.ModuleRoot(t), script), "--cached").Output()
+	testenv.Require(t, err == nil, fmt.Sprintf("the build of %s (make e2e-cluster builds it)", script))
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+func r(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
