@@ -295,6 +295,9 @@ type containerStatus struct {
 			Reason   string
 		}
 	}
+	State struct {
+		Waiting *struct{ Reason string }
+	}
 }
 
 func (p pod) ready() bool {

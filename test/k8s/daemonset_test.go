@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -49,29 +50,49 @@ const (
 
 // TestDaemonSetTakesOverTheNodeAndHandsItBack runs the self-hosted handover
 // of images/node/daemonset.yaml with the real kubelet, kube-proxy and
-// containerd: the node's own kubelet runs on the host with --lock-file and
-// --exit-on-lock-contention (restarted by the test when it exits, as an
-// init system would), and runs a 2-replica Deployment behind a ClusterIP
-// Service and a static pod. The node image, imported into containerd, is
-// deployed with the manifest; its kubelet takes the node over; it is
-// killed with SIGKILL, and the pod's container, restarted by the node's
-// own kubelet, takes the node back; the DaemonSet is rolled to a new image
-// tag, then deleted, and the node's own kubelet takes the node back. Throughout, the host requests the Service
-// every 50 ms, watches the Node, its lease and the pods, and samples the
-// lock and the kubelet's port. What must hold: no workload container
-// restarted or replaced, no request failed, the Node Ready, only the
-// lock's holder serving, the old DaemonSet pod's nodeinit ending within
-// its grace period without draining the node, and the killed kubelet's
-// nodeinit ending its container with 137, kube-proxy last.
+// containerd, for each release of the matrix (the node's own kubelet and
+// kube-proxy and the image's of the same release): the node's own kubelet
+// runs on the host with --lock-file and --exit-on-lock-contention
+// (restarted by the test when it exits, as an init system would), and runs
+// a 2-replica Deployment behind a ClusterIP Service and a static pod. The
+// node image, imported into containerd, is deployed with the manifest; its
+// kubelet takes the node over; it dies, OOM-killed by the kernel (the
+// suite's release) or killed with SIGKILL (the oldest), and the pod's
+// container, restarted by the node's own kubelet, takes the node back;
+// with the suite's release the DaemonSet is then rolled to a kubelet that
+// exits 1 right after it has taken the lock (its container runtime's
+// socket missing), which crash-loops while the node's own kubelet keeps
+// the node; the DaemonSet is rolled to a new image tag, then deleted, and
+// the node's own kubelet takes the node back. Throughout, the host requests
+// the Service every 50 ms, watches the Node, its lease and the pods, and
+// samples the lock and the kubelet's port. What must hold: no workload
+// container restarted or replaced, no request failed, the Node Ready, only
+// the lock's holder serving, the old DaemonSet pod's nodeinit ending within
+// its grace period without draining the node, and the dead kubelet's
+// nodeinit ending its container with the kubelet's status (137, 1),
+// kube-proxy last.
 func TestDaemonSetTakesOverTheNodeAndHandsItBack(t *testing.T) {
 	c := getCluster(t)
 	c.buildNodeImage(t)
-	c.importNodeImage(t)
-	h := c.startHostNode(t)
+	for i, r := range releases(t) {
+		t.Run(r.version, func(t *testing.T) { c.checkDaemonSetHandovers(t, r, i == 0) })
+	}
+}
+
+// checkDaemonSetHandovers is TestDaemonSetTakesOverTheNodeAndHandsItBack
+// with release r; suite: r is the suite's release, whose run has the pod's
+// kubelet OOM-killed (the oldest's: killed) and the crash loop.
+func (c *cluster) checkDaemonSetHandovers(t *testing.T, r release, suite bool) {
+	image, rollout := nodeImage, rolloutImage
+	if !suite {
+		image, rollout = c.releaseNodeImage(t, r)
+	}
+	c.importNodeImage(t, image, rollout)
+	h := c.startHostNode(t, r.bin)
 	k := h.k
 
 	_, took := k.waitReady(90 * time.Second)
-	t.Logf("the node's own kubelet: Node Ready %v after its start", took.Round(10*time.Millisecond))
+	t.Logf("the node's own kubelet %s: Node Ready %v after its start", r.version, took.Round(10*time.Millisecond))
 	k.deployWeb()
 	web := k.waitPods("app=web", 2, 90*time.Second)
 	k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 60*time.Second)
@@ -87,33 +108,44 @@ func TestDaemonSetTakesOverTheNodeAndHandsItBack(t *testing.T) {
 	// 1. The DaemonSet: the pod's kubelet opens the lock, the node's exits
 	// on the contention, the pod's takes the lock and the node.
 	start := time.Now()
-	h.createDaemonSet(nodeImage)
+	h.createDaemonSet(image)
 	h.waitHandover(m, "the DaemonSet's pod", start, func(hd holder) bool { return hd.pod != "" }, 2*time.Minute)
 	taken, _ := m.holder()
 	first := taken.pod
+	if v := k.getNode().Status.NodeInfo.KubeletVersion; v != r.version {
+		t.Errorf("the Node's kubelet is %s; want %s", v, r.version)
+	}
 	h.checkWorkload(before, "after the DaemonSet took the node")
 	h.checkPodMounts()
 	if hd, _ := m.holder(); hd.pod != first {
 		t.Fatalf("the lock moved to %v while the DaemonSet pod's kubelet ran a pod", hd)
 	}
 
-	// 2. The pod's kubelet killed: its nodeinit ends the container with
-	// 137, the node's own kubelet (waiting on the lock in its restart loop)
+	// 2. The pod's kubelet dies: its nodeinit ends the container with 137,
+	// the node's own kubelet (waiting on the lock in its restart loop)
 	// takes the lock and restarts the container in the same pod, and the
 	// new container's kubelet takes the node back.
 	taken, _ = m.holder()
-	h.killPodKubelet(m, taken)
-	h.checkWorkload(before, "after the pod's kubelet was killed")
+	h.killPodKubelet(m, taken, suite)
+	h.checkWorkload(before, "after the pod's kubelet died")
 
-	// 3. A rollout to a new image tag: the old pod ends on TERM, the node's
-	// own kubelet takes the lock it leaves and starts the new pod, whose
-	// kubelet takes the node.
+	// 3. With the suite's release, a rollout to a kubelet that exits 1
+	// once it holds the lock: the node's own kubelet takes the node back
+	// after each exit, and restarts the crashing container.
+	if suite {
+		h.crashLoop(m, image, first)
+		h.checkWorkload(before, "during the crash loop")
+	}
+
+	// 4. A rollout to a new image tag: the old pod ends on TERM (or, the
+	// crashing one, is deleted), the node's own kubelet takes the lock it
+	// leaves and starts the new pod, whose kubelet takes the node.
 	start = time.Now()
-	h.setDaemonSetImage(rolloutImage)
-	h.waitHandover(m, "the rolled DaemonSet's pod", start, func(hd holder) bool { return hd.pod != "" && hd.pod != first }, 3*time.Minute)
+	h.setDaemonSet(rollout, nil)
+	h.waitHandover(m, "the rolled DaemonSet's pod", start, func(hd holder) bool { return hd.pod != "" && hd.pod != first && !h.crashed[hd.pod] }, 3*time.Minute)
 	h.checkWorkload(before, "after the rollout")
 
-	// 4. The DaemonSet deleted: the node's own kubelet takes the node back.
+	// 5. The DaemonSet deleted: the node's own kubelet takes the node back.
 	start = time.Now()
 	h.deleteDaemonSet()
 	h.waitHandover(m, "the node's own kubelet", start, func(hd holder) bool { return hd.host }, 2*time.Minute)
@@ -131,6 +163,23 @@ func TestDaemonSetTakesOverTheNodeAndHandsItBack(t *testing.T) {
 	}
 }
 
+// releaseNodeImage builds the node image with release r's kubelet and
+// kube-proxy (the suite's node image with them copied over its own), under
+// a tag and a rollout tag of r's, and removes it when the test ends.
+func (c *cluster) releaseNodeImage(t *testing.T, r release) (image, rollout string) {
+	t.Helper()
+	image, rollout = "localhost/nodeinit-k8s-node:"+r.version, "localhost/nodeinit-k8s-node:"+r.version+"-rollout"
+	dir := t.TempDir()
+	for _, b := range []string{"kubelet", "kube-proxy"} {
+		must(t, linkOrCopy(filepath.Join(r.bin, b), filepath.Join(dir, b)))
+	}
+	start := time.Now()
+	must(t, c.podman.build(image, "FROM "+nodeImage+"\nCOPY kubelet kube-proxy /usr/local/bin/\n", dir))
+	t.Cleanup(func() { _, _ = c.podman.run(time.Minute, "rmi", "--force", image) })
+	t.Logf("the node image with the %s kubelet and kube-proxy built in %v", r.version, time.Since(start).Round(100*time.Millisecond))
+	return image, rollout
+}
+
 // hostNode is a node whose own kubelet runs on the host, restarted by the
 // test's loop, with a kube-proxy of its own, and what the DaemonSet needs
 // of it.
@@ -146,6 +195,8 @@ type hostNode struct {
 	// killed is when the kubelet of a DaemonSet pod (by uid) was killed:
 	// that pod's container restarts once.
 	killed map[string]time.Time
+	// crashed are the DaemonSet pods (by uid) whose kubelet crash-looped.
+	crashed map[string]bool
 }
 
 // startHostNode writes the node's files where the DaemonSet's hostPath
@@ -153,18 +204,19 @@ type hostNode struct {
 // kubeconfigs, certificates and static pod in /etc/kubernetes), makes the
 // host's /run a shared mount (for the DaemonSet's HostToContainer mount of
 // it: systemd makes / shared on a node, these hosts have no systemd), and
-// starts the node's own kube-proxy and kubelet.
-func (c *cluster) startHostNode(t *testing.T) *hostNode {
+// starts the node's own kube-proxy and kubelet, those in bin.
+func (c *cluster) startHostNode(t *testing.T, bin string) *hostNode {
 	t.Helper()
 	const etc = "/etc/kubernetes"
 	if _, err := os.Stat(etc); err == nil {
 		t.Fatalf("%s exists on this host: the test would write the node's files over it", etc)
 	}
 	_, libModulesErr := os.Stat("/lib/modules")
+	bind := "" // the shared bind of /run, once made
 	logs := t.TempDir()
 	must(t, os.MkdirAll(filepath.Join(logs, "logs"), 0o755))
 	k := &kubeNode{t: t, c: c, dir: logs, started: time.Now()}
-	h := &hostNode{t: t, c: c, k: k, killed: map[string]time.Time{}}
+	h := &hostNode{t: t, c: c, k: k, killed: map[string]time.Time{}, crashed: map[string]bool{}}
 
 	// Cleanups run last first: this one after the kubelet and kube-proxy
 	// are stopped and before the host is compared with how it was.
@@ -173,8 +225,8 @@ func (c *cluster) startHostNode(t *testing.T) *hostNode {
 		for _, err := range c.containerd.removePods() {
 			t.Error(err)
 		}
-		if err := unix.Unmount("/run", 0); err != nil && err != unix.EINVAL {
-			t.Errorf("unmount the shared bind of /run: %v", err)
+		if bind != "" {
+			unmountRunBind(t, bind)
 		}
 		for _, p := range []string{kubeletLock} {
 			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
@@ -193,17 +245,18 @@ func (c *cluster) startHostNode(t *testing.T) *hostNode {
 	c.writeImageNodeFiles(t, etc, etc, nodeSpec{})
 	must(t, os.Remove(filepath.Join(etc, "kubelet.yaml")))
 	must(t, unix.Mount("/run", "/run", "", unix.MS_BIND, ""))
+	bind = topRunMount(t)
 	must(t, unix.Mount("", "/run", "", unix.MS_SHARED, ""))
 
 	var err error
-	h.proxy, err = startServer(filepath.Join(logs, "logs"), "proxy", filepath.Join(c.bin, "kube-proxy"),
+	h.proxy, err = startServer(filepath.Join(logs, "logs"), "proxy", filepath.Join(bin, "kube-proxy"),
 		"--kubeconfig="+etc+"/kube-proxy.conf", "--proxy-mode=iptables", "--hostname-override="+nodeName,
 		"--conntrack-max-per-core=0", "--conntrack-min=0", "--conntrack-tcp-timeout-established=0s",
 		"--conntrack-tcp-timeout-close-wait=0s", "--iptables-localhost-nodeports=false",
 		"--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249",
 		"--cluster-cidr="+podCIDR)
 	must(t, err)
-	h.kubelet = startKubeletLoop(filepath.Join(logs, "logs"), filepath.Join(c.bin, "kubelet"),
+	h.kubelet = startKubeletLoop(filepath.Join(logs, "logs"), filepath.Join(bin, "kubelet"),
 		"--config=/var/lib/kubelet/config.yaml", "--kubeconfig="+etc+"/kubelet.conf",
 		"--node-ip="+c.nodeIP, "--hostname-override="+nodeName,
 		"--lock-file="+kubeletLock, "--exit-on-lock-contention")
@@ -213,6 +266,58 @@ func (c *cluster) startHostNode(t *testing.T) *hostNode {
 	k.created = append(k.created, daemonSets+"/nodeinit-node",
 		"/api/v1/namespaces/kube-system/pods?labelSelector="+url.QueryEscape(daemonSetPod))
 	return h
+}
+
+// unmountRunBind unmounts the shared bind of /run startHostNode made, and
+// first what was mounted inside it: the runtime makes /run/netns a mount
+// of its own when, in the bind's view, it is none (once or more: seen
+// stacked twice), and the bind is busy while they are there. Seen
+// through the bind the host's own mounts below /run are hidden: only
+// the bind's own are unmounted.
+func unmountRunBind(t *testing.T, bind string) {
+	t.Helper()
+	for range 20 {
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		must(t, err)
+		if topRunMount(t) != bind {
+			t.Errorf("the topmost mount on /run is not the test's shared bind (mount %s): left alone", bind)
+			return
+		}
+		var inside []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && f[1] == bind {
+				inside = append(inside, f[4])
+			}
+		}
+		if len(inside) == 0 {
+			if err := unix.Unmount("/run", 0); err != nil {
+				t.Errorf("unmount the shared bind of /run: %v", err)
+			}
+			return
+		}
+		for _, m := range inside {
+			if err := unix.Unmount(m, 0); err != nil && err != unix.EINVAL {
+				t.Errorf("unmount %s in the shared bind of /run: %v", m, err)
+				return
+			}
+		}
+	}
+	t.Errorf("the shared bind of /run still holds mounts after 20 rounds of unmounts")
+}
+
+// topRunMount is the id of the topmost mount on /run, the last one
+// mountinfo lists there; "" when /run is no mount.
+func topRunMount(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	id := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == "/run" {
+			id = f[0]
+		}
+	}
+	return id
 }
 
 // stopHost stops the node's own kubelet (and its loop) and kube-proxy.
@@ -311,28 +416,28 @@ func (l *kubeletLoop) tail() string {
 	return l.cur.tail()
 }
 
-// importNodeImage saves the node image from podman into containerd, under
-// its tag and the rollout's.
-func (c *cluster) importNodeImage(t *testing.T) {
+// importNodeImage saves the node image image from podman into containerd,
+// under its tag and rollout.
+func (c *cluster) importNodeImage(t *testing.T, image, rollout string) {
 	t.Helper()
 	start := time.Now()
 	archive := filepath.Join(t.TempDir(), "node.tar")
-	if _, err := c.podman.run(5*time.Minute, "save", "--format", "docker-archive", "-o", archive, nodeImage); err != nil {
+	if _, err := c.podman.run(5*time.Minute, "save", "--format", "docker-archive", "-o", archive, image); err != nil {
 		t.Fatal(err)
 	}
 	must(t, c.containerd.importImage(archive))
 	must(t, os.Remove(archive))
-	if _, err := run(time.Minute, "ctr", "--address", c.containerd.socket(), "--namespace", "k8s.io", "images", "tag", "--force", nodeImage, rolloutImage); err != nil {
+	if _, err := run(time.Minute, "ctr", "--address", c.containerd.socket(), "--namespace", "k8s.io", "images", "tag", "--force", image, rollout); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, image := range []string{nodeImage, rolloutImage} {
+		for _, image := range []string{image, rollout} {
 			if _, err := run(time.Minute, "ctr", "--address", c.containerd.socket(), "--namespace", "k8s.io", "images", "rm", image); err != nil {
 				t.Error(err)
 			}
 		}
 	})
-	t.Logf("node image saved from podman and imported into containerd in %v", time.Since(start).Round(100*time.Millisecond))
+	t.Logf("node image %s saved from podman and imported into containerd in %v", image, time.Since(start).Round(100*time.Millisecond))
 }
 
 // manifest is images/node/daemonset.yaml with image, and the index in
@@ -403,14 +508,17 @@ func (h *hostNode) createDaemonSet(image string) {
 	must(h.t, h.c.api.do(ctx, http.MethodPost, daemonSets, body, nil))
 }
 
-// setDaemonSetImage rolls the DaemonSet to image.
-func (h *hostNode) setDaemonSetImage(image string) {
+// setDaemonSet rolls the DaemonSet to image, with kubeletArgs added to
+// the pod's kubelet's command line.
+func (h *hostNode) setDaemonSet(image string, kubeletArgs []string) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var ds appsv1.DaemonSet
 	must(h.t, h.c.api.get(ctx, daemonSets+"/nodeinit-node", &ds))
-	ds.Spec.Template.Spec.Containers[0].Image = image
+	ctr := h.daemonSet(image).Spec.Template.Spec.Containers[0]
+	ctr.Args = append(ctr.Args, kubeletArgs...)
+	ds.Spec.Template.Spec.Containers[0] = ctr
 	body, err := json.Marshal(&ds)
 	must(h.t, err)
 	must(h.t, h.c.api.do(ctx, http.MethodPut, daemonSets+"/nodeinit-node", body, nil))
@@ -513,6 +621,10 @@ func (h *hostNode) waitHandover(m *monitor, who string, start time.Time, want fu
 		if want(hd) && m.leaseRenewedAfter(since) && (hd.host || h.podReady(hd.pod)) && time.Since(since) >= holdFor {
 			break
 		}
+		if s := m.strangerList(); len(s) > 0 {
+			h.dumpPodLogs(m)
+			h.t.Fatalf("while %s was to take the node, a kubelet served or ran without the lock:\n%s", who, strings.Join(s, "\n"))
+		}
 		if time.Now().After(deadline) {
 			h.dumpPodLogs(m)
 			h.k.dumpLogs()
@@ -530,22 +642,27 @@ func (h *hostNode) waitHandover(m *monitor, who string, start time.Time, want fu
 }
 
 // killPodKubelet kills the kubelet of the DaemonSet pod that holds the
-// node, hd, with SIGKILL, and waits until the kubelet of that pod's
-// restarted container holds the node. Then it logs each step's time from
-// the kill: the lock free and taken by the node's own kubelet (waiting on it
-// in its restart loop) and its lease renewal, the pod's container ended
-// and started again, the new container's kubelet opening the lock (the
-// node's own kubelet exiting on it), holding it and renewing the lease.
-func (h *hostNode) killPodKubelet(m *monitor, hd holder) {
+// node, hd, with SIGKILL, or has the kernel's OOM killer end it (oom),
+// and waits until the kubelet of that pod's restarted container holds the
+// node. Then it logs each step's time from the kill: the lock free and
+// taken by the node's own kubelet (waiting on it in its restart loop) and
+// its lease renewal, the pod's container ended and started again, the new
+// container's kubelet opening the lock (the node's own kubelet exiting on
+// it), holding it and renewing the lease.
+func (h *hostNode) killPodKubelet(m *monitor, hd holder, oom bool) {
 	h.t.Helper()
 	if st, err := testenv.ReadStat(hd.pid); err != nil || st.Comm != "kubelet" {
 		h.t.Fatalf("the lock's holder %v is not a kubelet (%+v, %v)", hd, st, err)
 	}
 	old := h.podContainer(hd.pod)
 	killed := time.Now()
-	must(h.t, unix.Kill(hd.pid, unix.SIGKILL))
+	if oom {
+		h.oomKill(hd.pid)
+	} else {
+		must(h.t, unix.Kill(hd.pid, unix.SIGKILL))
+		h.t.Logf("killed the DaemonSet pod's kubelet (pid %d) with SIGKILL", hd.pid)
+	}
 	h.killed[hd.pod] = killed
-	h.t.Logf("killed the DaemonSet pod's kubelet (pid %d) with SIGKILL", hd.pid)
 	h.waitHandover(m, "the kubelet of the DaemonSet pod's restarted container", killed,
 		func(n holder) bool { return n.pod == hd.pod && n.pid != hd.pid }, 2*time.Minute)
 
@@ -582,6 +699,151 @@ func (h *hostNode) killPodKubelet(m *monitor, hd holder) {
 	if !hostOK || (backOK && back.Before(host)) {
 		h.t.Errorf("the node's own kubelet did not hold the lock between the kill and the restarted container's kubelet")
 	}
+}
+
+// crashLoopRestarts is how many times the node's own kubelet restarts the
+// crashing container before the test rolls on.
+const crashLoopRestarts = 2
+
+// crashLoop rolls the DaemonSet to image with a kubelet that exits 1 once
+// it holds the lock (its container runtime's socket does not exist) and
+// waits until the node's own kubelet has restarted that container
+// crashLoopRestarts times. Each crash: the pod's kubelet opens the lock,
+// the node's own kubelet exits on it, the pod's kubelet takes the lock and
+// exits 1, its nodeinit ends the container with 1, kube-proxy last, the
+// node's own kubelet, restarted, takes the node back and restarts the
+// container on its crash-loop backoff. It checks the node's own kubelet
+// holds the node after the last crash, and logs each crash's time.
+func (h *hostNode) crashLoop(m *monitor, image, first string) {
+	t := h.t
+	t.Helper()
+	start := time.Now()
+	h.setDaemonSet(image, []string{"--container-runtime-endpoint=unix:///nodeinit-test-no-runtime/containerd.sock"})
+	// The crashing kubelet's opens of the lock, as the node's own kubelet
+	// saw them and exited on them.
+	contentions := func() (n int, last time.Time) {
+		for _, r := range h.kubelet.history() {
+			if r.ended.After(start) {
+				if _, ok := kubeletContention(r.log); ok {
+					n, last = n+1, r.ended
+				}
+			}
+		}
+		return n, last
+	}
+	var crash pod
+	var cs containerStatus
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		for _, p := range h.daemonSetPods() {
+			if p.Metadata.UID != first && len(p.Status.ContainerStatuses) == 1 {
+				crash, cs = p, p.Status.ContainerStatuses[0]
+				h.crashed[p.Metadata.UID] = true
+			}
+		}
+		hd, since := m.holder()
+		n, last := contentions()
+		if n >= crashLoopRestarts+1 && cs.RestartCount >= crashLoopRestarts && hd.host && since.After(last) && time.Since(since) >= time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			h.dumpPodLogs(m)
+			t.Fatalf("the crashing DaemonSet pod's kubelet did not start %d times within 3 minutes, the node's own kubelet holding the lock after: %d seen; %s; the lock's holder %v since %s",
+				crashLoopRestarts+1, n, podSummary(h.daemonSetPods()), hd, since.Format(time.StampMilli))
+		}
+	}
+	last := "none"
+	if lt := cs.LastState.Terminated; lt != nil {
+		last = fmt.Sprintf("exit code %d (%s)", lt.ExitCode, lt.Reason)
+	}
+	waiting := "running"
+	if cs.State.Waiting != nil {
+		waiting = "waiting: " + cs.State.Waiting.Reason
+	}
+	t.Logf("the crashing DaemonSet pod %s: container restarted %d times, %s, last ended: %s", crash.Metadata.Name, cs.RestartCount, waiting, last)
+	if lt := cs.LastState.Terminated; lt == nil || lt.ExitCode != 1 {
+		t.Errorf("the crashing DaemonSet pod's container last ended with %s; want exit code 1, its kubelet's status", last)
+	}
+	// Each crash: the node's own kubelet exited on the crashing kubelet's
+	// open of the lock, and took the node back.
+	var crashes []string
+	for _, r := range h.kubelet.history() {
+		if !r.ended.After(start) {
+			continue
+		}
+		at, ok := kubeletContention(r.log)
+		if !ok {
+			continue
+		}
+		back, backOK := m.firstHand(r.ended, func(n holder) bool { return n.host })
+		took := "never"
+		if backOK {
+			took = "+" + back.Sub(start).Round(time.Millisecond).String()
+		}
+		crashes = append(crashes, fmt.Sprintf("  the node's own kubelet (pid %d) saw the lock opened at +%v, exited at +%v; the node's own kubelet held the lock again at %s",
+			r.pid, at.Sub(start).Round(time.Millisecond), r.ended.Sub(start).Round(time.Millisecond), took))
+		if !backOK {
+			t.Errorf("the node's own kubelet did not take the lock back after the crashing kubelet's open at +%v", at.Sub(start).Round(time.Millisecond))
+		}
+	}
+	t.Logf("the crash loop since the rollout:\n%s\nthe lock since the rollout:\n%s", strings.Join(crashes, "\n"), m.handoverSince(start))
+	if len(crashes) < crashLoopRestarts+1 {
+		t.Errorf("the node's own kubelet exited on the crashing kubelet's lock %d times; want %d, one per start of the crashing container", len(crashes), crashLoopRestarts+1)
+	}
+}
+
+// oomKillLimit is the memory limit of the cgroup oomKill moves a kubelet
+// into: one page, which the kubelet's next new page exceeds. (With 8 MiB
+// the v1.37.2 kubelet ran on for 30 s: in its steady state it reuses the
+// pages it has.)
+const oomKillLimit = "4096"
+
+// oomKill has the kernel's OOM killer end the kubelet pid, as a container
+// memory limit the kubelet outgrows would: it moves the kubelet alone into
+// a memory cgroup of its own below its container's (its charges stay with
+// the container's), limited to oomKillLimit, where its next allocations
+// find no room and no other process to kill. It waits for the kubelet's
+// end and checks the kernel's log: one OOM kill, of the kubelet, in that
+// cgroup.
+func (h *hostNode) oomKill(pid int) {
+	t := h.t
+	t.Helper()
+	log := openKmsg(t)
+	cg := cgroupOf(t, pid, "memory") + "/nodeinit-oom-kill"
+	procs := cgroupFile(t, "memory", cg, "cgroup.procs")
+	dir := filepath.Dir(procs)
+	must(t, os.Mkdir(dir, 0o755))
+	// The container's end removes its cgroup and this one below it; if
+	// that failed, the container's cgroup would stay: remove it first,
+	// with what still runs in it (a kubelet that was not killed) moved
+	// back to the container's.
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(procs); err == nil {
+			for p := range strings.FieldsSeq(string(b)) {
+				_ = os.WriteFile(filepath.Join(filepath.Dir(dir), "cgroup.procs"), []byte(p), 0o644)
+			}
+		}
+		if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+			t.Errorf("remove the OOM kill's memory cgroup %s: %v", dir, err)
+		}
+	})
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	must(t, err)
+	defer unix.Close(pidfd)
+	must(t, os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(oomKillLimit), 0o644))
+	must(t, os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0o644))
+	moved := time.Now()
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 60_000); n != 1 || err != nil {
+		t.Fatalf("the DaemonSet pod's kubelet (pid %d) runs on 60 s after it was moved into %s, limited to %s bytes (%v)", pid, cg, oomKillLimit, err)
+	}
+	var seen []victim
+	for deadline := time.Now().Add(10 * time.Second); len(seen) == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		seen = victims(log.lines(t))
+	}
+	if len(seen) != 1 || seen[0].pid != pid || seen[0].task != "kubelet" || seen[0].domain != cg {
+		t.Fatalf("the kernel's OOM kills after the kubelet (pid %d) was limited to %s bytes in %s: %+v; want the kubelet's, there", pid, oomKillLimit, cg, seen)
+	}
+	t.Logf("the DaemonSet pod's kubelet (pid %d) OOM-killed by the kernel in %s, limited to %s bytes, %v after it was moved there", pid, cg, oomKillLimit, time.Since(moved).Round(time.Millisecond))
 }
 
 // podContainer is the status of the container of the DaemonSet pod with
@@ -950,6 +1212,7 @@ func (m *monitor) sampleLock(ctx context.Context) {
 	defer m.wg.Done()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	closing := 0 // a kubelet seen serving without the lock in the last sample
 	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
@@ -963,10 +1226,19 @@ func (m *monitor) sampleLock(ctx context.Context) {
 		}
 		m.mu.Unlock()
 		if n%5 == 0 {
-			if pid := kubeletListening(); pid != 0 && pid != hd.pid {
+			// An ending kubelet closes its descriptors one after another:
+			// the lock can be free (and taken) a moment before its port
+			// closes. One serving without the lock in two samples in a
+			// row, 100 ms apart, is a kubelet that serves without it.
+			pid := kubeletListening()
+			if pid != 0 && pid != hd.pid && pid == closing {
 				m.mu.Lock()
 				m.strangers = append(m.strangers, fmt.Sprintf("%s: kubelet pid %d serves on 10250, the lock is held by %v", time.Now().Format("15:04:05.000"), pid, hd))
 				m.mu.Unlock()
+			}
+			closing = 0
+			if pid != 0 && pid != hd.pid {
+				closing = pid
 			}
 			m.mu.Lock()
 			m.samples++
@@ -994,6 +1266,14 @@ func (m *monitor) holder() (holder, time.Time) {
 	}
 	last := m.hands[len(m.hands)-1]
 	return last.to, last.at
+}
+
+// strangerList is what the monitor saw of kubelets serving (or running)
+// without the lock so far.
+func (m *monitor) strangerList() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.strangers)
 }
 
 // firstHand is when the lock first went, after t, to a holder want
@@ -1315,16 +1595,25 @@ func (m *monitor) readyChanges() []readyChange {
 // its nodeinit get TERM, stop the kubelet, then kube-proxy, and every
 // process had ended within the pod's grace period; the container whose
 // kubelet was killed had its nodeinit log the kubelet's status (killed by
-// SIGKILL), end kube-proxy after it and exit 137.
+// SIGKILL), end kube-proxy after it and exit 137; each start of a
+// crash-looping pod's container (h.crashed), unless its pod's end stopped
+// it, had its nodeinit log the kubelet's exit code 1, end kube-proxy after
+// it and exit 1.
 func (h *hostNode) checkOldPods(m *monitor, ended int) {
 	h.t.Helper()
 	m.mu.Lock()
 	logs := maps.Clone(m.podLogs)
 	m.mu.Unlock()
-	if want := ended + len(h.killed); len(logs) != want {
-		h.t.Errorf("the logs of %d DaemonSet pod containers were seen; want %d (%d pods ended, and one more per killed kubelet)", len(logs), want, ended)
+	others := 0
+	for f := range logs {
+		if !h.crashed[podUIDOfLog(f)] {
+			others++
+		}
 	}
-	killed := 0
+	if want := ended + len(h.killed); others != want {
+		h.t.Errorf("the logs of %d DaemonSet pod containers were seen, besides the crash loop's; want %d (%d pods ended, and one more per killed kubelet)", others, want, ended)
+	}
+	killed, crashes := 0, 0
 	for _, f := range sortedKeys(logs) {
 		log := criLog(logs[f])
 		lines := nodeinitLines(log)
@@ -1336,10 +1625,9 @@ func (h *hostNode) checkOldPods(m *monitor, ended int) {
 			}
 			return 0, "", false
 		}
-		// kube-system_<pod name>_<uid>/node/<restart count>.log
 		dir := filepath.Base(filepath.Dir(filepath.Dir(f)))
 		name := dir + "/" + filepath.Base(f)
-		uid := dir[strings.LastIndexByte(dir, '_')+1:]
+		uid := podUIDOfLog(f)
 		kubelet, status, _ := find("Executor ended")
 		proxy, _, _ := find("Proxy ended")
 		all, exit, ok := find("All processes have ended")
@@ -1355,6 +1643,14 @@ func (h *hostNode) checkOldPods(m *monitor, ended int) {
 				name, (kubelet - term).Round(time.Millisecond), (proxy - term).Round(time.Millisecond), (all - term).Round(time.Millisecond))
 			if all-term > 60*time.Second {
 				h.t.Errorf("%s: nodeinit took %v after TERM; the pod's grace period is 60s", name, all-term)
+			}
+			continue
+		}
+		if h.crashed[uid] {
+			crashes++
+			h.t.Logf("%s: the crashing kubelet ended %s; nodeinit logged kube-proxy's end %v after it: %s", name, status, (proxy - kubelet).Round(time.Millisecond), exit)
+			if !strings.Contains(status, `status="exit code 1" exitCode=1`) || !strings.Contains(exit, "exitCode=1") || proxy < kubelet {
+				h.t.Errorf("%s: want the kubelet's exit code 1, kube-proxy's end after it and nodeinit's exit code 1:\n%s", name, testenv.Tail(log, 30))
 			}
 			continue
 		}
@@ -1377,6 +1673,16 @@ func (h *hostNode) checkOldPods(m *monitor, ended int) {
 	if killed != len(h.killed) {
 		h.t.Errorf("%d containers' logs show their kubelet killed; %d were killed", killed, len(h.killed))
 	}
+	if len(h.crashed) > 0 && crashes < crashLoopRestarts+1 {
+		h.t.Errorf("%d logs of the crash-looping container show its kubelet's exit; want at least %d, one per start", crashes, crashLoopRestarts+1)
+	}
+}
+
+// podUIDOfLog is the pod uid in the path of a pod's container log,
+// .../kube-system_<pod name>_<uid>/<container>/<restart count>.log.
+func podUIDOfLog(f string) string {
+	dir := filepath.Base(filepath.Dir(filepath.Dir(f)))
+	return dir[strings.LastIndexByte(dir, '_')+1:]
 }
 
 // diagnoseWeb logs what each web pod serves, asked directly, and what its

@@ -416,22 +416,24 @@ type shutdown struct {
 	kubeletStatus                    string        // the kubelet's, as nodeinit logged it
 	kubeletCode                      int           // the exit code nodeinit took from it
 	kubeletExit, proxyTerm, proxyEnd time.Duration // after the TERM was forwarded; proxyEnd -1: it was not running
-	// proxyEarlyEnd is when a kube-proxy that ran at the TERM ended before
-	// the kubelet; 0: it did not. proxyFailing: it had failed on its own
-	// before (an ipvs mode without IPVS, say), so the end may be its own.
-	proxyEarlyEnd time.Duration
-	proxyFailing  bool
-	allEnded      time.Duration
-	total         time.Duration // from the test's TERM to nodeinit's exit
-	from          string        // what the times are measured from; empty: the TERM
+	// proxyEarlyEnd is when kube-proxy first ended between the stop's
+	// beginning and the kubelet's end, if it did (proxyEndedEarly).
+	// proxyFailing: every such end was its own, as it had failed before
+	// (an ipvs mode without IPVS, say; earlyProxyEnds).
+	proxyEarlyEnd   time.Duration
+	proxyEndedEarly bool
+	proxyFailing    bool
+	allEnded        time.Duration
+	total           time.Duration // from the test's TERM to nodeinit's exit
+	from            string        // what the times are measured from; empty: the TERM
 }
 
 func (s shutdown) String() string {
 	proxy := fmt.Sprintf("kube-proxy got TERM at %v and ended at %v", s.proxyTerm.Round(time.Millisecond), s.proxyEnd.Round(time.Millisecond))
 	switch {
-	case s.proxyEarlyEnd > 0 && s.proxyFailing:
+	case s.proxyEndedEarly && s.proxyFailing:
 		proxy = fmt.Sprintf("kube-proxy, failing on its own all along, ended by itself at %v; the shutdown began at %v", s.proxyEarlyEnd.Round(time.Millisecond), s.proxyTerm.Round(time.Millisecond))
-	case s.proxyEarlyEnd > 0:
+	case s.proxyEndedEarly:
 		proxy = fmt.Sprintf("KUBE-PROXY ENDED AT %v, BEFORE THE KUBELET; the shutdown began at %v", s.proxyEarlyEnd.Round(time.Millisecond), s.proxyTerm.Round(time.Millisecond))
 	case s.proxyEnd < 0:
 		proxy = fmt.Sprintf("kube-proxy was waiting on its backoff; the shutdown began at %v", s.proxyTerm.Round(time.Millisecond))
@@ -457,23 +459,73 @@ func proxyRunning(log string, at time.Duration) bool {
 	return running
 }
 
-// proxyFailedBefore tells from nodeinit's log whether kube-proxy ended on
-// its own (nodeinit restarting it after its backoff) between the times of
-// day from and to.
-func proxyFailedBefore(log string, from, to time.Duration) bool {
+// proxyEnd is one end of kube-proxy in nodeinit's log: when, and its
+// status ("exit code 1", "killed by signal SIGTERM").
+type proxyEnd struct {
+	at     time.Duration
+	reason string
+	text   string
+}
+
+// proxyEnds are kube-proxy's ends in nodeinit's log at or after time of
+// day from and before to.
+func proxyEnds(log string, from, to time.Duration) []proxyEnd {
+	var out []proxyEnd
+	status := regexp.MustCompile(`(?:reason|status)="([^"]*)"`)
 	for _, l := range nodeinitLines(log) {
-		if l.at >= from && l.at < to && strings.Contains(l.text, `"Proxy ended; restarting after backoff"`) {
-			return true
+		if l.at < from || l.at >= to || !strings.Contains(l.text, `"Proxy ended`) {
+			continue
+		}
+		e := proxyEnd{at: l.at, text: l.text}
+		if m := status.FindStringSubmatch(l.text); m != nil {
+			e.reason = m[1]
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// earlyProxyEnds judges kube-proxy's ends in nodeinit's log between the
+// time of day from, when the node's stop began, and kubelet, when the
+// kubelet ended: a kube-proxy must serve until the kubelet has ended, so
+// any end there is a problem, but one: a kube-proxy that had failed on
+// its own before from (since is the run's start), and now ends the same
+// way, with the same exit status, is failing on its own still. A kube-proxy
+// killed by a signal did not end on its own, whatever it did before: a
+// signal is what a nodeinit that stops it with the kubelet sends. It
+// returns the first end (0: none), whether every end was the kube-proxy
+// failing on its own, and the problems.
+func earlyProxyEnds(log string, since, from, kubelet time.Duration) (first time.Duration, failing bool, problems []string) {
+	own := ""
+	if before := proxyEnds(log, since, from); len(before) > 0 {
+		own = before[len(before)-1].reason
+	}
+	ends := proxyEnds(log, from, kubelet)
+	if len(ends) == 0 {
+		return 0, false, nil
+	}
+	for _, e := range ends {
+		switch {
+		case strings.HasPrefix(e.reason, "killed by signal"):
+			problems = append(problems, fmt.Sprintf("kube-proxy was %s %v after the stop began, %v before the kubelet ended: it must run until the kubelet has ended and stop last\n%s",
+				e.reason, (e.at-from).Round(time.Millisecond), (kubelet-e.at).Round(time.Millisecond), e.text))
+		case own == "":
+			problems = append(problems, fmt.Sprintf("kube-proxy ended (%s) %v after the stop began, %v before the kubelet ended, having never failed on its own before: it must run until the kubelet has ended and stop last\n%s",
+				e.reason, (e.at-from).Round(time.Millisecond), (kubelet-e.at).Round(time.Millisecond), e.text))
+		case e.reason != own:
+			problems = append(problems, fmt.Sprintf("kube-proxy, which had failed on its own with %s, ended with %s %v after the stop began, %v before the kubelet ended: not its own failure\n%s",
+				own, e.reason, (e.at-from).Round(time.Millisecond), (kubelet-e.at).Round(time.Millisecond), e.text))
 		}
 	}
-	return false
+	return ends[0].at, len(problems) == 0, problems
 }
 
 // stopAndCheck stops the node with TERM (or podman stop) and checks the
 // order: the kubelet gets TERM and exits first, kube-proxy gets TERM only
-// then, and nodeinit exits with the kubelet's status. A kube-proxy that
-// runs when the TERM is forwarded to the kubelet must still run when the
-// kubelet has ended, and end last (shutdownFrom).
+// then, and nodeinit exits with the kubelet's status. kube-proxy must run
+// from the stop's beginning (the TERM forwarded to the kubelet, or the
+// drain before it) until the kubelet has ended, and end last
+// (shutdownFrom).
 func (k *kubeNode) stopAndCheck(timeout time.Duration) shutdown {
 	k.t.Helper()
 	start := time.Now()
@@ -481,7 +533,14 @@ func (k *kubeNode) stopAndCheck(timeout time.Duration) shutdown {
 	s := shutdown{code: code, total: time.Since(start)}
 	log := k.log()
 	term, _ := k.lineAfter(log, "Forwarded signal to the executor", k.since)
-	k.shutdownFrom(&s, log, term, term)
+	from := term
+	for _, l := range nodeinitLines(log) {
+		if l.at >= k.since && l.at < term && strings.Contains(l.text, `"Draining the node before the executor stops"`) {
+			from = l.at
+			break
+		}
+	}
+	k.shutdownFrom(&s, log, from, term)
 	if s.kubeletStatus != "exit code 0" {
 		k.t.Errorf("the kubelet ended with %s on TERM; want exit code 0", s.kubeletStatus)
 	}
@@ -492,31 +551,30 @@ func (k *kubeNode) stopAndCheck(timeout time.Duration) shutdown {
 // ended, the first time after time of day after: the kubelet's status,
 // kube-proxy's TERM and end, the end of every process, each measured from
 // time of day ref; and checks the order and that nodeinit's exit code,
-// s.code, is the kubelet's. The order is judged from kube-proxy's state at
-// after (the TERM forwarded to the kubelet, the kill): a kube-proxy that
-// ran then must still run when the kubelet has ended, get its TERM only
-// then and end after it. One that was waiting on its backoff then is not
-// asked to end, and one that had failed on its own before after may end
-// by itself meanwhile (proxyFailing); any other end before the kubelet's
-// fails the test.
+// s.code, is the kubelet's. after is when the node's stop began (the TERM
+// forwarded to the kubelet or the drain before it, the kill): from then
+// until the kubelet has ended, kube-proxy must run, or wait on its
+// backoff; it gets its TERM only once the kubelet has ended, and ends
+// after it. An end of kube-proxy in between fails the test, unless
+// kube-proxy had failed on its own before and ends the same way again
+// (earlyProxyEnds; s.proxyFailing): a kube-proxy in ipvs mode without
+// IPVS, say.
 func (k *kubeNode) shutdownFrom(s *shutdown, log string, after, ref time.Duration) {
 	k.t.Helper()
 	at := func(msg string, after time.Duration) (time.Duration, string) { return k.lineAfter(log, msg, after) }
 	kubelet, line := at("Executor ended", after)
 	proxyTerm, _ := at("Shutting down: sent TERM to the proxy and every other process", kubelet)
 	s.proxyEnd = -1
-	switch {
-	case proxyRunning(log, kubelet):
+	if proxyRunning(log, kubelet) {
 		s.proxyEnd, _ = at("Proxy ended", proxyTerm)
 		s.proxyEnd -= ref
-	case proxyRunning(log, after):
-		end, endLine := at("Proxy ended; restarting after backoff", after)
-		s.proxyEarlyEnd, s.proxyFailing = end-ref, proxyFailedBefore(log, k.since, after)
-		if s.proxyFailing {
-			break
-		}
-		k.t.Errorf("kube-proxy ran when the kubelet was stopped but ended %v later, %v before the kubelet: it must run until the kubelet has ended and stop last\n%s",
-			(end - after).Round(time.Millisecond), (kubelet - end).Round(time.Millisecond), endLine)
+	}
+	early, failing, problems := earlyProxyEnds(log, k.since, after, kubelet)
+	if early > 0 {
+		s.proxyEarlyEnd, s.proxyEndedEarly, s.proxyFailing = early-ref, true, failing
+	}
+	for _, p := range problems {
+		k.t.Error(p)
 	}
 	all, _ := at("All processes have ended", proxyTerm)
 	s.kubeletExit, s.proxyTerm, s.allEnded = kubelet-ref, proxyTerm-ref, all-ref
@@ -578,5 +636,56 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEarlyProxyEnds: an end of kube-proxy between the stop's beginning
+// and the kubelet's end is a problem, unless kube-proxy had failed on its
+// own before and ends the same way again; an end by a signal always is,
+// and so is one of a kube-proxy that waited on its backoff at the stop,
+// was started again and ended.
+func TestEarlyProxyEnds(t *testing.T) {
+	line := func(at, text string) string { return "I1203 10:00:" + at + "       1 task.go:88] " + text }
+	var (
+		failed    = line("01.000000", `"Proxy ended; restarting after backoff" reason="exit code 1" ran="15ms" backoff="2s"`)
+		restarted = line("03.000000", `"Restarted task" task="proxy" pid=40 restarts=2`)
+		termed    = line("05.010000", `"Proxy ended; restarting after backoff" reason="killed by signal SIGTERM" ran="2.01s" backoff="2s"`)
+		fails     = line("05.010000", `"Proxy ended; restarting after backoff" reason="exit code 1" ran="2.01s" backoff="2s"`)
+		other     = line("05.010000", `"Proxy ended; restarting after backoff" reason="exit code 2" ran="2.01s" backoff="2s"`)
+		later     = line("05.200000", `"Proxy ended" pid=40 status="killed by signal SIGTERM"`)
+	)
+	const (
+		since   = 10 * time.Hour
+		stop    = 10*time.Hour + 5*time.Second
+		kubelet = 10*time.Hour + 5*time.Second + 100*time.Millisecond
+	)
+	for _, c := range []struct {
+		name     string
+		log      []string
+		problems int
+		failing  bool
+	}{
+		{"kube-proxy ends after the kubelet", []string{restarted, later}, 0, false},
+		{"it fails on its own again, as before", []string{failed, restarted, fails}, 0, true},
+		{"it dies with the kubelet, never having failed", []string{restarted, termed}, 1, false},
+		{"it dies with the kubelet, having failed before", []string{failed, restarted, termed}, 1, false},
+		{"it ends otherwise than it failed before", []string{failed, restarted, other}, 1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			first, failing, problems := earlyProxyEnds(strings.Join(c.log, "\n"), since, stop, kubelet)
+			if len(problems) != c.problems || failing != c.failing {
+				t.Errorf("problems %q, failing %v; want %d problems, failing %v", problems, failing, c.problems, c.failing)
+			}
+			if c.problems > 0 && first != stop+10*time.Millisecond {
+				t.Errorf("the first early end at %v; want %v", first, stop+10*time.Millisecond)
+			}
+		})
+	}
+	// A kube-proxy waiting on its backoff when the stop began, started
+	// again before the kubelet ended and killed with it.
+	log := strings.Join([]string{failed, line("05.020000", `"Restarted task" task="proxy" pid=41 restarts=3`),
+		line("05.050000", `"Proxy ended; restarting after backoff" reason="killed by signal SIGTERM" ran="30ms" backoff="2s"`)}, "\n")
+	if _, _, problems := earlyProxyEnds(log, since, stop, kubelet); len(problems) != 1 {
+		t.Errorf("a kube-proxy started during the stop and killed before the kubelet's end: problems %q; want 1", problems)
 	}
 }

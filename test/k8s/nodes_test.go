@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -73,10 +74,25 @@ func TestNodeNftablesMode(t *testing.T) {
 
 // TestNodeIPVSModeWithoutIPVS: this kernel has no IPVS, so kube-proxy in
 // ipvs mode exits at once; nodeinit restarts it on its backoff, doubling,
-// while the kubelet runs on and the Node stays Ready.
+// while the kubelet runs on and the Node stays Ready. Then kube-proxy
+// recovers (the test has its next start run in iptables mode, as an
+// operator's fix would): it runs, and the stop must end it after the
+// kubelet, as any kube-proxy, though it had failed on its own before
+// (stopAndCheck tells a kube-proxy failing on its own from one that dies
+// with the kubelet).
 func TestNodeIPVSModeWithoutIPVS(t *testing.T) {
 	c := getCluster(t)
-	k := c.startNode(t, nodeSpec{mode: "ipvs", flags: []string{"--proxy-restart-backoff=500ms", "--proxy-restart-backoff-max=2s"}})
+	// kube-proxy through a script that runs it in iptables mode once the
+	// file heal exists.
+	dir := t.TempDir()
+	heal, wrapper := filepath.Join(dir, "heal"), filepath.Join(dir, "kube-proxy")
+	must(t, os.WriteFile(wrapper, fmt.Appendf(nil, `#!/bin/sh
+if [ -e %s ]; then
+	for a; do shift; case $a in --proxy-mode=ipvs) set -- "$@" --proxy-mode=iptables;; *) set -- "$@" "$a";; esac; done
+fi
+exec %s "$@"
+`, heal, filepath.Join(c.bin, "kube-proxy")), 0o755))
+	k := c.startNode(t, nodeSpec{mode: "ipvs", flags: []string{"--proxy-restart-backoff=500ms", "--proxy-restart-backoff-max=2s", "--proxy-path=" + wrapper}})
 	_, took := k.waitReady(90 * time.Second)
 	t.Logf("Node Ready %v after nodeinit started, with kube-proxy failing", took.Round(10*time.Millisecond))
 	kubelet := k.children()["kubelet"]
@@ -109,7 +125,25 @@ func TestNodeIPVSModeWithoutIPVS(t *testing.T) {
 	if n := k.getNode(); !n.ready() {
 		t.Errorf("the Node is not Ready while kube-proxy fails: %+v", n.condition("Ready"))
 	}
-	t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
+
+	must(t, os.WriteFile(heal, nil, 0o644))
+	if err := waitHTTP(&http.Client{Timeout: time.Second}, "http://127.0.0.1:10256/healthz", nil, 30*time.Second); err != nil {
+		t.Fatalf("kube-proxy in iptables mode after its failures: %v", err)
+	}
+	var healed logLine // kube-proxy's last start: in iptables mode
+	for _, l := range nodeinitLines(k.log()) {
+		if strings.Contains(l.text, `"Restarted task"`) && strings.Contains(l.text, `task="proxy"`) {
+			healed = l
+		}
+	}
+	if ends := proxyEnds(k.log(), healed.at, 24*time.Hour); len(ends) > 0 {
+		t.Fatalf("kube-proxy ended again after its start in iptables mode: %s", ends[0].text)
+	}
+	s := k.stopAndCheck(90 * time.Second)
+	t.Logf("kube-proxy in iptables mode since %s, after its failures; TERM: %v", healed.text, s)
+	if s.proxyEnd < s.kubeletExit {
+		t.Errorf("kube-proxy ended at %v (-1: it did not run when the kubelet ended), before the kubelet (%v)", s.proxyEnd, s.kubeletExit)
+	}
 }
 
 // checkRunningNode waits for the Node to be Ready and for its pods, and

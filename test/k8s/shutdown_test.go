@@ -41,16 +41,23 @@ const kubeletShutdown = "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPo
 // PrepareForShutdown, runs the pod's preStop hook, ends the pod the way its
 // node shutdown ends pods and reports the Node shutting down, releases the
 // lock, and only then gets the TERM; nodeinit exits 0 within the delay and
-// the grace period.
+// the grace period. It runs for each release of the matrix (releases).
 func TestGracefulNodeShutdownDrainsThePods(t *testing.T) {
 	c := getCluster(t)
-	k := c.startNode(t, nodeSpec{kubeletConfig: kubeletShutdown, flags: []string{"--graceful-node-shutdown"}})
-	k.waitReady(90 * time.Second)
-	k.waitLog(30*time.Second, 0, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
-	k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, k.dir))
-	k.waitPods("metadata.name=drain", 1, 60*time.Second)
+	for _, r := range releases(t) {
+		t.Run(r.version, func(t *testing.T) {
+			k := c.startNode(t, nodeSpec{bin: r.bin, kubeletConfig: kubeletShutdown, flags: []string{"--graceful-node-shutdown"}})
+			k.waitReady(90 * time.Second)
+			if v := k.getNode().Status.NodeInfo.KubeletVersion; v != r.version {
+				t.Errorf("the Node's kubelet is %s; want %s", v, r.version)
+			}
+			k.waitLog(30*time.Second, 0, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
+			k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, k.dir))
+			k.waitPods("metadata.name=drain", 1, 60*time.Second)
 
-	k.stopAndCheckDrained()
+			k.stopAndCheckDrained()
+		})
+	}
 }
 
 // With nodeinit's delay shorter than the kubelet's shutdownGracePeriod, the
@@ -60,21 +67,25 @@ func TestGracefulNodeShutdownDrainsThePods(t *testing.T) {
 // reloads its configuration and reports the kubelet's 30s, the kubelet
 // takes its lock, and stopping the node drains it. Without the reload the
 // kubelet would turn graceful node shutdown off and leave its pods
-// running.
+// running. It runs for each release of the matrix (releases).
 func TestAKubeletThatRaisesAShortDelayDrainsTheNode(t *testing.T) {
-	keepLogindDropIn(t)
 	c := getCluster(t)
-	k := c.startNode(t, nodeSpec{kubeletConfig: kubeletShutdown,
-		flags: []string{"--graceful-node-shutdown", "--graceful-node-shutdown-delay=10s"}})
-	k.waitReady(90 * time.Second)
-	k.waitLog(30*time.Second, 0, `"Reloaded logind's configuration"`, `inhibitDelayMax="30s"`, `was="10s"`, `from="/etc/systemd/logind.conf.d/99-kubelet.conf"`)
-	k.waitLog(30*time.Second, 0, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
-	if b, err := os.ReadFile(kubeletLogindDropIn); err != nil || !strings.Contains(string(b), "InhibitDelayMaxSec=30") {
-		t.Errorf("the kubelet's drop-in: %q, %v", b, err)
+	for _, r := range releases(t) {
+		t.Run(r.version, func(t *testing.T) {
+			keepLogindDropIn(t)
+			k := c.startNode(t, nodeSpec{bin: r.bin, kubeletConfig: kubeletShutdown,
+				flags: []string{"--graceful-node-shutdown", "--graceful-node-shutdown-delay=10s"}})
+			k.waitReady(90 * time.Second)
+			k.waitLog(30*time.Second, 0, `"Reloaded logind's configuration"`, `inhibitDelayMax="30s"`, `was="10s"`, `from="/etc/systemd/logind.conf.d/99-kubelet.conf"`)
+			k.waitLog(30*time.Second, 0, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
+			if b, err := os.ReadFile(kubeletLogindDropIn); err != nil || !strings.Contains(string(b), "InhibitDelayMaxSec=30") {
+				t.Errorf("the kubelet's drop-in: %q, %v", b, err)
+			}
+			k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, k.dir))
+			k.waitPods("metadata.name=drain", 1, 60*time.Second)
+			k.stopAndCheckDrained()
+		})
 	}
-	k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, k.dir))
-	k.waitPods("metadata.name=drain", 1, 60*time.Second)
-	k.stopAndCheckDrained()
 }
 
 // kubeletLogindDropIn is where the kubelet writes the delay it wants

@@ -106,6 +106,7 @@ func (c *cluster) checkGuestDaemonSet(t *testing.T, v *vm) {
 		m.read()
 		m.report(t)
 		m.checkRequests(t)
+		m.checkKubelets(t, 2)
 		h.checkNodeIdentity(m.monitor)
 		h.checkOldPods(m.monitor, 1)
 		t.Logf("the node's own kubelet.service: %s", strings.Join(strings.Fields(v.ssh("systemctl show --property=NRestarts,ActiveState,MainPID kubelet")), ", "))
@@ -280,6 +281,10 @@ type guestWatcher struct {
 	// the first was read here.
 	sent      []guestRequest
 	firstRead time.Time
+	// servingHolders are the kubelets (by pid) the guest saw serving
+	// while they held the lock; kubeletChanges counts kubelets.log's lines.
+	servingHolders map[string]bool
+	kubeletChanges int
 }
 
 // guestRequest is one request to the Service from the guest: when it was
@@ -305,7 +310,7 @@ func (h *hostNode) guestMonitor(ip string) *guestWatcher {
 	m.wg.Add(1)
 	go m.watchLease(m.ctx)
 	w := &guestWatcher{monitor: m, t: h.t, v: h.guest, dir: filepath.Join(h.guest.share, "watch-"+strconv.FormatInt(time.Now().UnixNano(), 36)),
-		offsets: map[string]int64{}, done: make(chan struct{})}
+		offsets: map[string]int64{}, done: make(chan struct{}), servingHolders: map[string]bool{}}
 	must(h.t, os.MkdirAll(w.dir, 0o755))
 	must(h.t, linkOrCopy(testenv.Build(h.t, "./test/k8s/guestwatch"), filepath.Join(w.dir, "guestwatch")))
 	guestDir := guestShare + "/" + filepath.Base(w.dir)
@@ -376,6 +381,20 @@ func (w *guestWatcher) read() {
 		w.mu.Lock()
 		w.hands = append(w.hands, hand{at, hd})
 		w.mu.Unlock()
+	})
+	w.lines("kubelets.log", func(at time.Time, f []string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.kubeletChanges++
+		for _, k := range f {
+			pid, role, _ := strings.Cut(k, ":")
+			if role == "holder+serving" {
+				w.servingHolders[pid] = true
+			}
+			if strings.Contains(role, "+serving") && !strings.HasPrefix(role, "holder") || strings.Contains(role, "+nolockfile") {
+				w.strangers = append(w.strangers, fmt.Sprintf("%s: kubelet pid %d is %s, beside %v: two kubelets at once", at.Format("15:04:05.000"), atoi(pid), role, f))
+			}
+		}
 	})
 	files, _ := filepath.Glob(filepath.Join(w.dir, "pods", "*", "node", "*.log"))
 	for _, f := range files {
@@ -490,6 +509,27 @@ func longestUnanswered(sent []guestRequest) (from time.Time, span time.Duration,
 	return from, span, n
 }
 
+// checkKubelets checks the guest's watch saw the kubelets: each kubelet
+// that held the node (the node's own and the DaemonSet pod's) serving
+// while it held the lock, at least want of them; the monitor's report
+// fails on a kubelet seen serving without the lock, or run without it.
+func (w *guestWatcher) checkKubelets(t *testing.T, want int) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t.Logf("the guest's kubelets sampled every 500 ms: %d changes; %d kubelets served while they held the lock, %d served or ran without it",
+		w.kubeletChanges, len(w.servingHolders), len(w.strangers))
+	if len(w.servingHolders) < want {
+		t.Errorf("the guest's watch saw %d kubelets serving while they held the lock; want %d, the node's own and the DaemonSet pod's", len(w.servingHolders), want)
+	}
+}
+
+// atoi is s as a number, 0 if it is none.
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
 func (w *guestWatcher) stop() {
 	w.monitor.stop()
 	if w.v.qemu.running() {
@@ -516,5 +556,34 @@ func TestLongestUnanswered(t *testing.T) {
 	}
 	if _, span, n := longestUnanswered(sent[:10]); span != 0 || n != 0 {
 		t.Errorf("all answered: %v, %d; want 0, 0", span, n)
+	}
+}
+
+// TestGuestKubeletsLog reads the guest's record of its kubelets: one
+// serving while it holds the lock, or waiting on it, is the handover; one
+// serving without the lock, or run without a lock file, is two kubelets
+// at once.
+func TestGuestKubeletsLog(t *testing.T) {
+	for _, c := range []struct {
+		lines     []string
+		strangers int
+		holders   int
+	}{
+		{[]string{"100:holder+serving", "100:holder+serving 200:unlocked", "100:holder+serving 200:waiting", "200:holder", "200:holder+serving"}, 0, 2},
+		{[]string{"100:holder+serving 200:unlocked+serving"}, 1, 1},
+		{[]string{"100:holder+serving 200:unlocked+nolockfile"}, 1, 1},
+		{[]string{"none", "100:waiting+serving"}, 1, 0},
+	} {
+		dir := t.TempDir()
+		var b strings.Builder
+		for i, l := range c.lines {
+			fmt.Fprintf(&b, "1764756000.%06d %s\n", i, l)
+		}
+		must(t, os.WriteFile(filepath.Join(dir, "kubelets.log"), []byte(b.String()), 0o644))
+		w := &guestWatcher{monitor: &monitor{podLogs: map[string]string{}}, dir: dir, offsets: map[string]int64{}, servingHolders: map[string]bool{}}
+		w.read()
+		if len(w.strangers) != c.strangers || len(w.servingHolders) != c.holders || w.kubeletChanges != len(c.lines) {
+			t.Errorf("%q: strangers %q, serving holders %v, %d changes; want %d, %d, %d", c.lines, w.strangers, w.servingHolders, w.kubeletChanges, c.strangers, c.holders, len(c.lines))
+		}
 	}
 }

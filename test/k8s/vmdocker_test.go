@@ -97,7 +97,7 @@ func (c *cluster) checkGuestDockerNode(t *testing.T, v *vm) {
 	k.waitLog(3*time.Minute, k.since, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
 	k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, guestDrainDir))
 	k.waitPods("metadata.name=drain", 1, 5*time.Minute)
-	k.stopAndCheckGuestDrained(v)
+	k.stopAndCheckGuestDrained(v, guestCrictl)
 }
 
 // guestPodsContainerd is the guest's second containerd, for the kubelet of
@@ -274,7 +274,7 @@ func (c *cluster) checkGuestMesosTask(t *testing.T, v *vm) {
 	k.waitLog(3*time.Minute, 0, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
 	k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, guestDrainDir))
 	k.waitPods("metadata.name=drain", 1, 5*time.Minute)
-	k.stopAndCheckGuestDrained(v)
+	k.stopAndCheckGuestDrained(v, guestPodsCrictl)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		out, err := v.sshTimeout(time.Minute, "cat "+sandbox+"/exit")

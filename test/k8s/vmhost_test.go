@@ -70,7 +70,9 @@ const (
 // Without it (--drain-on-host-shutdown=false), nodeinit says so, holds no
 // lock on the guest's logind, and no marker comes before the power-down:
 // the guest's systemd stops the container and the pods' scopes on its own.
-func (c *cluster) checkHostShutdown(t *testing.T, share, stores string, drain bool) {
+// oldest, when not empty, is the oldest release's version: the node runs
+// its kubelet and kube-proxy (oldestBinaries), and the Node must report it.
+func (c *cluster) checkHostShutdown(t *testing.T, share, stores string, drain bool, oldest string) {
 	dir := t.TempDir()
 	v := bootNodeHost(t, dir, share, stores)
 
@@ -80,7 +82,11 @@ func (c *cluster) checkHostShutdown(t *testing.T, share, stores string, drain bo
 	if !drain {
 		flags = append(flags, "--drain-on-host-shutdown=false")
 	}
-	k := c.runGuestNode(t, v, kubeletShutdown, flags...)
+	var engineFlags []string
+	if oldest != "" {
+		engineFlags = oldestBinaries()
+	}
+	k := c.runGuestNodeIn(t, v, "podman", vmKubeletConfig+kubeletShutdown, engineFlags, flags...)
 	// nodeinit's output after the power-off: podman logs -f in a unit of
 	// the guest's own, into the shared folder, as it comes.
 	hostLog := filepath.Join(k.dir, "node.log")
@@ -96,8 +102,11 @@ func (c *cluster) checkHostShutdown(t *testing.T, share, stores string, drain bo
 		}
 		return string(b)
 	}
-	_, took := k.waitGuestReady(5 * time.Minute)
-	t.Logf("Node Ready %v after podman run", took.Round(100*time.Millisecond))
+	n, took := k.waitGuestReady(5 * time.Minute)
+	t.Logf("Node Ready %v after podman run, kubelet %s", took.Round(100*time.Millisecond), n.Status.NodeInfo.KubeletVersion)
+	if v := n.Status.NodeInfo.KubeletVersion; oldest != "" && v != oldest {
+		t.Errorf("the Node's kubelet is %s; want the oldest release's %s", v, oldest)
+	}
 	if drain {
 		l := k.waitLog(3*time.Minute, 0, "Took a shutdown delay lock on the host's logind", fmt.Sprintf(`hostDelay="%v"`, hostDelaySec*time.Second))
 		t.Logf("nodeinit: %s", l.text)

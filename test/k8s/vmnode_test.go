@@ -103,7 +103,7 @@ func TestModernHost(t *testing.T) {
 			k.waitLog(3*time.Minute, 0, `"Took a shutdown delay inhibitor"`, `who="kubelet"`)
 			k.create("/api/v1/namespaces/default/pods", "drain", fmt.Sprintf(drainPod, guestDrainDir))
 			k.waitPods("metadata.name=drain", 1, 5*time.Minute)
-			k.stopAndCheckGuestDrained(v)
+			k.stopAndCheckGuestDrained(v, guestCrictl)
 		})
 		t.Run("limits", func(t *testing.T) { c.checkGuestLimitedNode(t, v) })
 		// The guest's Docker engine, started once and left running with
@@ -116,8 +116,13 @@ func TestModernHost(t *testing.T) {
 		// The DaemonSet's last step powers the guest off.
 		t.Run("daemonset", func(t *testing.T) { c.checkGuestDaemonSet(t, v) })
 	})
-	t.Run("host shutdown drains the node", func(t *testing.T) { c.checkHostShutdown(t, share, stores, true) })
-	t.Run("host shutdown without the drain", func(t *testing.T) { c.checkHostShutdown(t, share, stores, false) })
+	t.Run("host shutdown drains the node", func(t *testing.T) { c.checkHostShutdown(t, share, stores, true, "") })
+	t.Run("host shutdown without the drain", func(t *testing.T) { c.checkHostShutdown(t, share, stores, false, "") })
+	// The oldest release's kubelet and kube-proxy in the same node image
+	// (mounted over the image's own from the shared folder).
+	t.Run("host shutdown drains the node, oldest release", func(t *testing.T) {
+		c.checkHostShutdown(t, share, stores, true, releases(t)[1].version)
+	})
 }
 
 // cmdAccel is the accelerator qemu was started with.
@@ -129,14 +134,33 @@ func cmdAccel(v *vm) string {
 	return "?"
 }
 
+// guestOldestDir is where the shared folder holds the oldest release's
+// kubelet and kube-proxy.
+const guestOldestDir = "k8s-oldest"
+
+// oldestBinaries are podman's flags that run the node image with the
+// oldest release's kubelet and kube-proxy from the shared folder over the
+// image's own.
+func oldestBinaries() []string {
+	var flags []string
+	for _, b := range []string{"kubelet", "kube-proxy"} {
+		flags = append(flags, "-v", guestShare+"/"+guestOldestDir+"/"+b+":/usr/local/bin/"+b+":ro")
+	}
+	return flags
+}
+
 // fillShare puts what the guest needs into the shared folder: the kubelet,
-// kube-proxy and crictl, nodeinit, and the node, pause and busybox images
+// kube-proxy and crictl (the oldest release's kubelet and kube-proxy too),
+// nodeinit, and the node, pause and busybox images
 // as archives (podman save), which imageStores loads into the guest's
 // stores and the Mesos case imports into a containerd of its own.
 func (c *cluster) fillShare(t *testing.T, share string) {
 	t.Helper()
 	for _, b := range []string{"kubelet", "kube-proxy", "crictl"} {
 		must(t, linkOrCopy(filepath.Join(c.bin, b), filepath.Join(share, "k8s", b)))
+	}
+	for _, b := range []string{"kubelet", "kube-proxy"} {
+		must(t, linkOrCopy(filepath.Join(releases(t)[1].bin, b), filepath.Join(share, guestOldestDir, b)))
 	}
 	nodeinit := os.Getenv("NODEINIT_VM_NODEINIT")
 	if nodeinit == "" {
@@ -439,6 +463,26 @@ func checkGuestOOMScores(t *testing.T, v *vm, k *kubeNode) {
 	t.Logf("oom_score_adj in the guest: %v; %s", got, lowered.text)
 }
 
+// guestContainerEnd is when the container name of pod (default namespace)
+// ended in the guest's containerd crictl names, and its exit code.
+func guestContainerEnd(v *vm, crictl, pod, name string) (time.Time, int, error) {
+	ids, err := v.sshTimeout(time.Minute, crictl+" ps --all --quiet --name "+name+" --label io.kubernetes.pod.name="+pod+" --label io.kubernetes.pod.namespace=default")
+	if f := strings.Fields(ids); err != nil || len(f) != 1 {
+		return time.Time{}, 0, fmt.Errorf("crictl lists %q (%v); want one container %s of pod %s", ids, err, name, pod)
+	}
+	out, err := v.sshTimeout(time.Minute, crictl+" inspect --output go-template --template '{{.status.state}} {{.status.finishedAt}} {{.status.exitCode}}' "+strings.TrimSpace(ids))
+	f := strings.Fields(out)
+	if err != nil || len(f) != 3 || f[0] != "CONTAINER_EXITED" {
+		return time.Time{}, 0, fmt.Errorf("crictl inspect: %q (%v); want an exited container", out, err)
+	}
+	ended, err := time.Parse(time.RFC3339Nano, f[1])
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	code, err := strconv.Atoi(f[2])
+	return ended, code, err
+}
+
 // guestDrain is one drain before a stop, as nodeinit's log has it: when it
 // began, was over and the executor got its TERM (times of day), and what
 // is wrong with it.
@@ -515,8 +559,18 @@ func checkGuestMachineID(t *testing.T, v *vm, n node) {
 // preStop hook and pod shutdown, the lock released before the kubelet's
 // TERM) and the container exits 0 within the delay and the grace period.
 // The checks of nodeinit's log read this run's lines only (from k.since):
-// a restarted container's log holds every run.
-func (k *kubeNode) stopAndCheckGuestDrained(v *vm) {
+// a restarted container's log holds every run. crictl is a command line
+// for the guest's containerd that runs the node's pods.
+//
+// The drain pod's container must have ended with its TERM trap's exit code
+// 0 before the drain was over (its finishedAt in the guest's containerd,
+// the guest's clock as nodeinit's log), whatever the API shows: the
+// kubelet releases its lock once it has stopped the pods, and reports
+// their status afterwards, from its status manager, which the TERM that
+// follows the release can beat under TCG. A drain over before the pod's
+// end (nodeinit ending it early), or a pod ended by anything but its TERM
+// within the drain, fails.
+func (k *kubeNode) stopAndCheckGuestDrained(v *vm, crictl string) {
 	t := k.t
 	t.Helper()
 	stopped := time.Now()
@@ -536,35 +590,36 @@ func (k *kubeNode) stopAndCheckGuestDrained(v *vm) {
 		t.Errorf("the stop's drain: %s", p)
 	}
 	t.Logf("the stop's drain: %v from PrepareForShutdown to its end; the kubelet's TERM %v after it", (d.over - d.began).Round(time.Millisecond), (d.term - d.over).Round(time.Millisecond))
+	if ended, code, err := guestContainerEnd(v, crictl, "drain", "c"); err != nil {
+		t.Errorf("the drain pod's container: %v", err)
+	} else {
+		t.Logf("the drain pod's container ended with exit code %d at %s, %v before the drain was over", code, ended.Format("15:04:05.000"), (d.over - timeOfDay(ended)).Round(time.Millisecond))
+		if code != 0 || len(d.problems) == 0 && timeOfDay(ended) > d.over {
+			t.Errorf("the drain pod's container ended with exit code %d at %s, the drain over at %v: want exit code 0 (its TERM trap) before the drain's end",
+				code, ended.Format("15:04:05.000000"), d.over)
+		}
+	}
 	if out, err := v.sshTimeout(time.Minute, "cat "+guestDrainDir+"/prestop"); err != nil {
 		t.Errorf("the pod's preStop hook did not run: %v", err)
 	} else {
 		t.Logf("preStop ran at %s", strings.TrimSpace(out))
 	}
-	// The kubelet's node shutdown ends the pod's containers, releases its
-	// delay lock and only then reports the pod's terminal phase with the
-	// DisruptionTarget condition, from its status manager: under TCG the
-	// TERM that follows the lock's release can end the kubelet first. The
-	// pod then shows its containers ended (Ready False, PodCompleted) in a
-	// phase that is not terminal yet, which the log says.
+	// What the API server shows of the pod is the kubelet's status
+	// manager's, sent after the kubelet has stopped the pod and released
+	// its lock, which the TERM that follows can beat under TCG: once the
+	// pod still Running and Ready (its container had ended 10.4 s before
+	// the drain's end), in earlier runs Running with its containers ended
+	// (ContainersReady False, PodCompleted) or a terminal phase with
+	// DisruptionTarget. No bound on it holds on the emulated host; the
+	// container's end above is the check, and this is logged.
 	p := k.getPod("drain")
-	var byKubelet, ended bool
+	var conditions []string
 	for _, c := range p.Status.Conditions {
-		if c.Type == "DisruptionTarget" && c.Status == "True" && c.Reason == "TerminationByKubelet" {
-			byKubelet = true
-		}
-		if c.Type == "ContainersReady" && c.Status == "False" && c.Reason == "PodCompleted" {
-			ended = true
+		if c.Status != "True" || c.Reason != "" {
+			conditions = append(conditions, strings.TrimSpace(c.Type+"="+c.Status+" "+c.Reason))
 		}
 	}
-	switch {
-	case p.Status.Phase != "Running" && byKubelet:
-		t.Logf("the pod ended %s by the kubelet's node shutdown (DisruptionTarget, TerminationByKubelet)", p.Status.Phase)
-	case p.Status.Phase == "Running" && ended:
-		t.Logf("THE POD'S TERMINAL PHASE WAS NOT REPORTED: its containers ended (ContainersReady False, PodCompleted), but the kubelet exited before its status manager sent the phase and the DisruptionTarget condition")
-	default:
-		t.Errorf("the pod is %s with conditions %+v: not ended by the kubelet's node shutdown", p.Status.Phase, p.Status.Conditions)
-	}
+	t.Logf("the API server shows the drain pod %s, conditions not plainly true: %q", p.Status.Phase, conditions)
 	if n := k.getNode(); !strings.Contains(n.condition("Ready").Message, "shutting down") {
 		t.Errorf("the Node does not show the shutdown: Ready is %+v", n.condition("Ready"))
 	}

@@ -12,6 +12,19 @@
 //     "T none" each time the holder of the kubelet's lock changes, from
 //     /proc/locks every 20 ms (never opening the file: an open is the
 //     contention the node's own kubelet exits on);
+//   - kubelets.log: "T PID:ROLE ..." (or "T none") each time the kubelet
+//     processes or their roles change, from /proc every 500 ms (each
+//     sample reads every process's name, which under TCG costs), each
+//     kubelet's ROLE one of holder (of the lock), waiting (on it, blocked
+//     in flock) or unlocked (neither: starting, or ending), with
+//     "+serving" when it has a listening TCP socket and "+nolockfile" when
+//     its command line names no --lock-file=/run/lock/kubelet.lock. The
+//     lock is read first and the processes after it: a kubelet takes the
+//     lock seconds before it opens a port, so one serving held the lock
+//     when it was read. An ending kubelet closes its lock and its ports
+//     one descriptor after another, so one unlocked and serving is so
+//     only when seen so in two samples one after another (500 ms apart);
+//     the first shows it "unlocked+closing";
 //   - pods/<dir>/node/<n>.log: the DaemonSet pods' logs as the runtime
 //     writes them, each followed from its open descriptor to its end, so
 //     nothing is lost when the kubelet removes a deleted pod's logs.
@@ -24,12 +37,12 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,9 +67,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	kubelets, err := os.OpenFile(filepath.Join(dir, "kubelets.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	go request(ip, requests)
 	go followLogs(filepath.Join(dir, "pods"))
-	sampleLock(locks)
+	sampleLock(locks, kubelets)
 }
 
 // fail ends the watch on an error it cannot record around.
@@ -99,36 +117,55 @@ func request(ip string, out *os.File) {
 	}
 }
 
-// sampleLock writes the lock's holder each time it changes.
-func sampleLock(out *os.File) {
-	last := ""
-	for range time.Tick(20 * time.Millisecond) {
-		if who := holder(); who != last {
+// sampleLock writes the lock's holder each time it changes, and every
+// 500 ms the kubelets' roles (kubelets.log) when they change.
+func sampleLock(out, kubeletsOut *os.File) {
+	last, lastKubelets := "", ""
+	closing := map[string]bool{}
+	tick := time.Tick(20 * time.Millisecond)
+	for n := 0; ; n++ {
+		<-tick
+		pid, waiters := lockState()
+		if who := holder(pid); who != last {
 			if _, err := out.WriteString(stamp() + " " + who + "\n"); err != nil {
 				fail("write lock.log", err)
 			}
 			last = who
 		}
+		if n%25 != 0 {
+			continue
+		}
+		var k string
+		if k, closing = kubelets(pid, waiters, closing); k != lastKubelets {
+			if _, err := kubeletsOut.WriteString(stamp() + " " + k + "\n"); err != nil {
+				fail("write kubelets.log", err)
+			}
+			lastKubelets = k
+		}
 	}
 }
 
-// holder is who holds the flock on the kubelet's lock file: its pid and
-// whose cgroup it is in, the kubelet unit's or a pod's.
-func holder() string {
+// lockState reads /proc/locks for the flock on the kubelet's lock file:
+// the pid that holds it ("" when none) and those blocked waiting on it.
+func lockState() (string, map[string]bool) {
+	waiters := map[string]bool{}
 	var st syscall.Stat_t
 	if err := syscall.Stat(lockFile, &st); err != nil {
-		return "none"
+		return "", waiters
 	}
-	f, err := os.Open("/proc/locks")
+	b, err := os.ReadFile("/proc/locks")
 	if err != nil {
-		return "none"
+		fail("read /proc/locks", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	held := ""
+	for _, l := range strings.Split(string(b), "\n") {
 		// "1: FLOCK  ADVISORY  WRITE 1234 00:19:567 0 EOF"; a waiter's line
 		// has "->" after the number.
-		fs := strings.Fields(sc.Text())
+		fs := strings.Fields(l)
+		waiting := len(fs) > 1 && fs[1] == "->"
+		if waiting {
+			fs = fs[1:]
+		}
 		if len(fs) < 6 || fs[1] != "FLOCK" {
 			continue
 		}
@@ -136,20 +173,119 @@ func holder() string {
 		if len(dev) != 3 || dev[2] != strconv.FormatUint(st.Ino, 10) {
 			continue
 		}
-		pid := fs[4]
-		b, _ := os.ReadFile("/proc/" + pid + "/cgroup")
-		cg := strings.TrimPrefix(strings.TrimSpace(string(b)), "0::")
-		switch {
-		case strings.Contains(cg, "/kubelet.service"):
-			return "host " + pid
-		case strings.Contains(cg, "-pod"):
-			uid := cg[strings.LastIndex(cg, "-pod")+4:]
-			uid, _, _ = strings.Cut(uid, ".slice")
-			return "pod " + strings.ReplaceAll(uid, "_", "-") + " " + pid
+		if waiting {
+			waiters[fs[4]] = true
+		} else if held == "" {
+			held = fs[4]
 		}
-		return "other " + pid + " " + cg
 	}
-	return "none"
+	return held, waiters
+}
+
+// kubelets describes every kubelet process: its pid and role (see the
+// package's comment), in pid order, or "none". closing are the kubelets
+// seen unlocked with a listening socket in the last sample; it returns
+// those of this one.
+func kubelets(holder string, waiters, closing map[string]bool) (string, map[string]bool) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		fail("read /proc", err)
+	}
+	listening := listeningSockets()
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range entries {
+		pid := e.Name()
+		if pid[0] < '0' || pid[0] > '9' {
+			continue
+		}
+		if comm, err := os.ReadFile("/proc/" + pid + "/comm"); err != nil || strings.TrimSpace(string(comm)) != "kubelet" {
+			continue
+		}
+		role := "unlocked"
+		switch {
+		case pid == holder:
+			role = "holder"
+		case waiters[pid]:
+			role = "waiting"
+		}
+		fds, _ := os.ReadDir("/proc/" + pid + "/fd")
+		for _, fd := range fds {
+			if l, err := os.Readlink("/proc/" + pid + "/fd/" + fd.Name()); err == nil && listening[l] {
+				switch {
+				case role != "unlocked" || closing[pid]:
+					role += "+serving"
+				default:
+					role += "+closing"
+				}
+				if role == "unlocked+closing" || role == "unlocked+serving" {
+					seen[pid] = true
+				}
+				break
+			}
+		}
+		argv, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+		args := strings.Split(string(argv), "\x00")
+		if len(argv) > 0 && !slices.Contains(args, "--lock-file="+lockFile) && !hasPair(args, "--lock-file", lockFile) {
+			role += "+nolockfile"
+		}
+		out = append(out, pid+":"+role)
+	}
+	if len(out) == 0 {
+		return "none", seen
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		x, _ := strconv.Atoi(a[:strings.IndexByte(a, ':')])
+		y, _ := strconv.Atoi(b[:strings.IndexByte(b, ':')])
+		return x - y
+	})
+	return strings.Join(out, " "), seen
+}
+
+// hasPair says whether args has flag followed by value.
+func hasPair(args []string, flag, value string) bool {
+	i := slices.Index(args, flag)
+	return i >= 0 && i+1 < len(args) && args[i+1] == value
+}
+
+// listeningSockets are the listening TCP sockets of the guest's network
+// namespace, as a socket's descriptor links to them: "socket:[INODE]".
+func listeningSockets() map[string]bool {
+	out := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fail("read "+f, err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			// sl local rem st(0A: LISTEN) tx:rx tr:when retrnsmt uid timeout inode
+			fs := strings.Fields(l)
+			if len(fs) > 9 && fs[3] == "0A" {
+				out["socket:["+fs[9]+"]"] = true
+			}
+		}
+	}
+	return out
+}
+
+// holder is who holds the flock on the kubelet's lock file, the pid
+// lockState read: its pid and whose cgroup it is in, the kubelet unit's or
+// a pod's.
+func holder(pid string) string {
+	if pid == "" {
+		return "none"
+	}
+	b, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+	cg := strings.TrimPrefix(strings.TrimSpace(string(b)), "0::")
+	switch {
+	case strings.Contains(cg, "/kubelet.service"):
+		return "host " + pid
+	case strings.Contains(cg, "-pod"):
+		uid := cg[strings.LastIndex(cg, "-pod")+4:]
+		uid, _, _ = strings.Cut(uid, ".slice")
+		return "pod " + strings.ReplaceAll(uid, "_", "-") + " " + pid
+	}
+	return "other " + pid + " " + cg
 }
 
 // followLogs copies each DaemonSet pod's log file into dir as it grows,
