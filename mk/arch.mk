@@ -71,3 +71,16 @@ S390X_PID1 = ^(TestTheNodeDrainsBeforeTheExecutorGetsTerm|TestTheHostsShutdownDr
 test-s390x: check-binfmt-s390x ## the tests that touch byte order, built for s390x (big-endian) and run under qemu-user-static, held to test/arch/emulated/known.txt (root)
 	$(EMULATED) -goarch s390x $(S390X_PKGS)
 	$(EMULATED) -goarch s390x -run '$(S390X_PID1)' ./test/integration
+
+# What CI runs under the emulator (.ci/run), a few minutes: the big-endian
+# run, and on arm64 the PID-1 tests of reaping, signals, exit codes, the
+# mount namespace, the log files and the bus. make test-arm64's other tests
+# (the unit tests, and PID-1 tests that take minutes under the emulator)
+# are left to a run by hand: docs/arch.md has their times.
+ARM64_CI_PID1 = ^(TestDemoRunsAndStopsGracefullyOnInt|TestExitCodeOfTheExecutorIsNodeinits|TestDeathBySignalGives128PlusSignal|TestEveryCatchableSignalReachesTheExecutor|TestTermAndIntReachExecutorThenProxy|TestPID1MountsTheIdentityBeforeMakingRootShared|TestAFullLogDiskBlocksNeitherReapingNorSignals|TestTheNodeDrainsBeforeTheExecutorGetsTerm)$$
+
+.PHONY: test-emulated-ci
+test-emulated-ci: check-binfmt-aarch64 check-binfmt-s390x ## CI's emulated runs: make test-s390x, and arm64's PID-1 tests of reaping, signals, exit codes, the mount namespace, log files and the bus (root)
+	$(EMULATED) -goarch s390x $(S390X_PKGS)
+	$(EMULATED) -goarch s390x -run '$(S390X_PID1)' ./test/integration
+	$(EMULATED) -goarch arm64 -run '$(ARM64_CI_PID1)' ./test/integration
