@@ -84,3 +84,17 @@ test-emulated-ci: check-binfmt-aarch64 check-binfmt-s390x ## CI's emulated runs:
 	$(EMULATED) -goarch s390x $(S390X_PKGS)
 	$(EMULATED) -goarch s390x -run '$(S390X_PID1)' ./test/integration
 	$(EMULATED) -goarch arm64 -run '$(ARM64_CI_PID1)' ./test/integration
+
+# The multi-platform image index's test (mk/image.mk): make image-index in a
+# private podman store, then the arm64 image's nodeinit under the emulator.
+.PHONY: test-image-index lint-arch
+
+test-image-index: check-binfmt-aarch64 ## make image-index, checked: an OCI index of amd64 and arm64, whose arm64 nodeinit runs make demo's scenario under qemu-user (root, podman, runc)
+	$(GO) test -tags image -count=1 -v -run '^TestTheImageIndexsArm64NodeinitRunsTheDemo$$' ./test/arch
+
+# The test carries the build tag image, which lint's go vet ./... does not
+# see: this vets it, as part of lint.
+lint: lint-arch
+lint-arch:
+	$(GO) vet -tags image ./test/arch
+	$(STATICCHECK) -tags image ./test/arch
