@@ -49,6 +49,10 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nodeinit path: %w", err)
 	}
+	plat, err := platform(nodeinit)
+	if err != nil {
+		return nil, err
+	}
 	inits := initsFor(nodeinit)
 	if len(cfg.only) > 0 {
 		inits = slices.DeleteFunc(inits, func(c *contender) bool { return !slices.Contains(cfg.only, c.name) })
@@ -140,7 +144,7 @@ func measure(cfg config, progress io.Writer) (*results, error) {
 		}
 	}
 	return &results{cfg: cfg, inits: inits, samples: b.samples, notes: b.notes, logs: b.logs, scale: b.scaleRes, crash: b.crash,
-		started: b.started, took: time.Since(b.started),
+		started: b.started, took: time.Since(b.started), platform: plat,
 		load: b.load + " at the start, " + host.LoadAverage() + " at the end"}, nil
 }
 

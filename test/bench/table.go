@@ -15,16 +15,17 @@ import (
 
 // results are the samples of one measurement, ready to print.
 type results struct {
-	cfg     config
-	inits   []*contender
-	samples map[string]map[string][]float64
-	notes   map[string]string
-	logs    *logResults
-	scale   *scaleResults
-	crash   *crashResults
-	started time.Time
-	took    time.Duration
-	load    string
+	cfg      config
+	inits    []*contender
+	samples  map[string]map[string][]float64
+	notes    map[string]string
+	logs     *logResults
+	scale    *scaleResults
+	crash    *crashResults
+	started  time.Time
+	took     time.Duration
+	load     string
+	platform string // nodeinit's architecture and the kernel's machine
 }
 
 // get returns the samples of one init in one workload.
@@ -44,8 +45,8 @@ type verdict struct {
 func (r *results) write(w io.Writer) {
 	var u unix.Utsname
 	unix.Uname(&u)
-	fmt.Fprintf(w, "%s, %d CPUs, Linux %s; %d rounds (%d start-to-exit runs, %d signals, %d shutdowns per init and round; %d orphans per reaping run), %d idle windows of %s; took %s; load average %s.\n\n",
-		r.started.UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), unix.ByteSliceToString(u.Release[:]),
+	fmt.Fprintf(w, "%s, %s, %d CPUs, Linux %s; %d rounds (%d start-to-exit runs, %d signals, %d shutdowns per init and round; %d orphans per reaping run), %d idle windows of %s; took %s; load average %s.\n\n",
+		r.started.UTC().Format("2006-01-02 15:04 MST"), r.platform, runtime.NumCPU(), unix.ByteSliceToString(u.Release[:]),
 		r.cfg.rounds, r.cfg.starts, r.cfg.signals, r.cfg.shutdowns, r.cfg.orphans, r.cfg.idleRounds, r.cfg.idle, r.took.Round(time.Second), r.load)
 	verdicts := r.writeInits(w)
 	verdicts = append(verdicts, r.writeScale(w)...)

@@ -129,7 +129,7 @@ func (r *runtimeRun) runtimePid(t *testing.T) int {
 	kids, err := testenv.Children(r.Pid())
 	must(t, err)
 	for _, k := range kids {
-		if exe, _ := os.Readlink("/proc/" + strconv.Itoa(k) + "/exe"); filepath.Base(exe) == "runtime" {
+		if exe, _ := testenv.Program(k); filepath.Base(exe) == "runtime" {
 			return k
 		}
 	}

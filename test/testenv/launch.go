@@ -19,7 +19,8 @@ import (
 type Options struct {
 	// PID1 runs nodeinit as PID 1 of a new pid namespace; without it
 	// nodeinit is an ordinary child of the test and registers as child
-	// subreaper.
+	// subreaper. Under an emulator (Emulated) unshare(1) forks it as PID 1,
+	// and Outer is unshare's pid.
 	PID1 bool
 	// MountNS runs it, as PID 1, in a new mount namespace with a /proc of
 	// its own (unshare --pid --fork --mount-proc). Propagation is unshare's
@@ -92,15 +93,24 @@ func Launch(tb testing.TB, o Options, args ...string) *Node {
 	}
 
 	argv := append(append(append([]string(nil), o.Prefix...), bin), args...)
-	if o.MountNS {
+	// Under an emulator the test process cannot clone into a new pid
+	// namespace itself (qemu-user refuses CLONE_NEWPID with EINVAL):
+	// unshare(1), a native program, forks the emulated nodeinit as PID 1 of
+	// one, in the test's mount namespace and with the host's /proc, as the
+	// clone does.
+	viaUnshare := o.PID1 && !o.MountNS && Emulated()
+	if o.MountNS || viaUnshare {
 		unshare := RequireTool(tb, "unshare")
-		pre := []string{unshare, "--pid", "--fork", "--mount-proc"}
-		if o.Propagation != "" {
-			pre = append(pre, "--propagation", o.Propagation)
+		pre := []string{unshare, "--pid", "--fork"}
+		if o.MountNS {
+			pre = append(pre, "--mount-proc")
+			if o.Propagation != "" {
+				pre = append(pre, "--propagation", o.Propagation)
+			}
+			pre = append(pre, o.Unshare...)
 		}
-		pre = append(pre, o.Unshare...)
 		pre = append(pre, "--")
-		if len(o.ReadOnly) > 0 {
+		if o.MountNS && len(o.ReadOnly) > 0 {
 			pre = append(append(append(pre, "/bin/sh", "-c", readOnlyThenExec, "sh"), o.ReadOnly...), "--")
 		}
 		argv = append(pre, argv...)
@@ -109,7 +119,7 @@ func Launch(tb testing.TB, o Options, args ...string) *Node {
 	n.cmd = exec.Command(argv[0], argv[1:]...)
 	n.cmd.Env = append(os.Environ(), o.Env...)
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{}
-	if o.PID1 && !o.MountNS {
+	if o.PID1 && !o.MountNS && !viaUnshare {
 		n.cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
 	}
 	if o.Terminal != nil {
@@ -151,6 +161,10 @@ func (n *Node) create(name string) *os.File {
 
 func (n *Node) cleanup() {
 	if !n.Running() {
+		if n.tb.Failed() {
+			// What made nodeinit end, for a failure that does not say.
+			n.tb.Logf("nodeinit had ended (%v); the end of its log:\n%s", n.err, Tail(n.Log(), 10))
+		}
 		return
 	}
 	if pid, ok := n.pid(); ok {
@@ -200,7 +214,7 @@ func (n *Node) pid() (int, bool) {
 }
 
 // Outer is the pid of the process the test started: nodeinit itself, or the
-// unshare that forked it (MountNS).
+// unshare that forked it (MountNS, or PID1 under an emulator).
 func (n *Node) Outer() int { return n.cmd.Process.Pid }
 
 // Signal sends sig to nodeinit.

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // Stat is what the tests read of /proc/PID/stat (proc(5)).
@@ -58,4 +60,25 @@ func ParseStat(b []byte) (Stat, error) {
 		Ppid: int(num(4)), Pgrp: int(num(5)), Session: int(num(6)), TTYNr: int(num(7)), Tpgid: int(num(8)),
 		Utime: uint64(num(14)), Stime: uint64(num(15)), Threads: int(num(20)), RSS: num(24),
 	}, nil
+}
+
+// Program is the path of the program pid runs: /proc/PID/exe, except under
+// an emulator (Emulated), which the kernel runs in the program's place
+// through binfmt_misc and which is then /proc/PID/exe: there the program is
+// the emulator's first argument (with binfmt_misc's P flag, as Debian
+// registers qemu-user-static, the second word of the command line).
+func Program(pid int) (string, error) {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil || !Emulated() || !strings.HasPrefix(filepath.Base(exe), "qemu-") {
+		return exe, err
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return "", err
+	}
+	args := strings.Split(string(b), "\x00")
+	if len(args) < 2 {
+		return "", fmt.Errorf("pid %d runs %s with the command line %q: no program to emulate", pid, exe, b)
+	}
+	return args[1], nil
 }
