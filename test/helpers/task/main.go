@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -182,7 +183,7 @@ func forkRaw(arg, what string, child func()) int {
 	n, err := strconv.Atoi(arg)
 	check(err)
 	for i := 0; i < n; i++ {
-		pid, _, errno := unix.RawSyscall(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0)
+		pid, errno := rawFork()
 		if errno != 0 {
 			check(fmt.Errorf("fork %s %d: %w", what, i, errno))
 		}
@@ -191,6 +192,19 @@ func forkRaw(arg, what string, child func()) int {
 		}
 	}
 	return n
+}
+
+// rawFork is fork(2) as clone(2) with SIGCHLD and no new stack, straight
+// from the kernel: the child runs on the parent's stack, so it may only
+// make raw system calls. s390x takes clone's first two arguments, the
+// flags and the stack, the other way round.
+func rawFork() (pid uintptr, errno syscall.Errno) {
+	if runtime.GOARCH == "s390x" {
+		pid, _, errno = unix.RawSyscall(unix.SYS_CLONE, 0, uintptr(unix.SIGCHLD), 0)
+		return pid, errno
+	}
+	pid, _, errno = unix.RawSyscall(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0)
+	return pid, errno
 }
 
 // restoreDefaultAction sets sig's action to SIG_DFL in the kernel. The Go
