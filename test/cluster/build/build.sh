@@ -53,6 +53,8 @@ mkdir -p "$out"
 start=$SECONDS
 
 echo "building flanneld and install-conf $flannel with $goversion" >&2
+# go list names the module's directory only once it is downloaded.
+(cd "$here/flannel" && go mod download github.com/flannel-io/flannel)
 src="$(cd "$here/flannel" && go list -mod=readonly -m -f '{{.Dir}}' github.com/flannel-io/flannel)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
