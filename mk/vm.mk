@@ -23,8 +23,9 @@ vm-image: ## the VM suite's guest: a Debian systemd host, cgroup v2 only, as an 
 e2e-vm: build ## the real-node tests on a cgroup v2 systemd host booted under qemu: the node image in the guest's podman (root)
 	@rm -rf $(VM_LOGS); img=$$(test/vm/build-image.sh $(VM_CACHE) | tail -n 1) && \
 	  bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
-	  echo "VM image: $$img" && echo "Kubernetes binaries: $$bin" && \
-	  NODEINIT_VM_IMAGE=$$img NODEINIT_VM_ACCEL=$(VM_ACCEL) NODEINIT_K8S_BIN=$$bin NODEINIT_VM_NODEINIT=$(CURDIR)/$(BIN)/nodeinit NODEINIT_VM_LOGS=$(VM_LOGS) \
+	  oldest=$$(test/k8s/build/build.sh --release $(K8S_OLDEST) $(K8S_CACHE) | tail -n 1) && \
+	  echo "VM image: $$img" && echo "Kubernetes binaries: $$bin; the oldest release's node binaries: $$oldest" && \
+	  NODEINIT_VM_IMAGE=$$img NODEINIT_VM_ACCEL=$(VM_ACCEL) NODEINIT_K8S_BIN=$$bin NODEINIT_K8S_OLDEST_BIN=$$oldest NODEINIT_VM_NODEINIT=$(CURDIR)/$(BIN)/nodeinit NODEINIT_VM_LOGS=$(VM_LOGS) \
 	  $(GO) test -tags k8s -count=1 -json -timeout $(E2E_VM_TIMEOUT) -run '^TestModernHost' ./test/k8s | $(FAILURES)
 
 # The host's shutdown drained with the oldest supported release's kubelet
