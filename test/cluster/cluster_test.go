@@ -66,11 +66,34 @@ spec:
   template:
     metadata: {labels: {app: web}}
     spec:
-      terminationGracePeriodSeconds: 2
+      # As a Service's servers are run for a drain without lost
+      # requests: ready once httpd listens, and serving on for 3 s
+      # after their eviction while every node's kube-proxy drops them.
+      terminationGracePeriodSeconds: 10
       containers:
       - name: httpd
         image: ` + cluster.BusyboxImage + `
         command: [sh, -c, 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www']
+        readinessProbe:
+          tcpSocket: {port: 8080}
+          periodSeconds: 1
+        lifecycle:
+          preStop:
+            exec: {command: [sleep, "3"]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: web}}
 `
 
 // TestCluster brings up a cluster of three nodeinit nodes (each running
@@ -213,10 +236,53 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	// A rolling update of the DaemonSet: every pod replaced, one on each
+	// node again.
+	t.Run("DaemonSetRollingUpdate", func(t *testing.T) {
+		old := map[string]bool{}
+		for _, p := range podsOf(t, c, "app=probe") {
+			old[p.name] = true
+		}
+		start := time.Now()
+		must(t, kubectl(c, time.Minute, "set", "env", "daemonset/probe", "ROLLOUT=2"))
+		must(t, kubectl(c, 3*time.Minute, "rollout", "status", "daemonset/probe", "--timeout=180s"))
+		var now []pod
+		testenv.WaitFor(t, time.Minute, "the old DaemonSet pods gone", func() bool {
+			now = podsOf(t, c, "app=probe")
+			for _, p := range now {
+				if old[p.name] {
+					return false
+				}
+			}
+			return true
+		})
+		t.Logf("DaemonSet rolled over %d nodes in %v", len(now), r(time.Since(start)))
+		var nodes []string
+		for _, p := range now {
+			nodes = append(nodes, p.node)
+		}
+		if !slices.Equal(nodes, c.NodeNames) {
+			t.Errorf("after the rolling update the DaemonSet's pods run on %v; want one on each of %v", nodes, c.NodeNames)
+		}
+	})
+
 	t.Run("NodeStoppedAndStarted", func(t *testing.T) {
 		node := c.NodeNames[1]
 		id, err := c.Podman(time.Minute, "exec", node, "cat", "/etc/machine-id")
 		must(t, err)
+		// Requests to the web Service, behind its PodDisruptionBudget,
+		// from a pod on another node, every 100 ms while the node is
+		// drained and stopped and its pods come up elsewhere.
+		web, err := kubectlOut(c, time.Minute, "get", "service", "web", "-o", "jsonpath={.spec.clusterIP}")
+		must(t, err)
+		client := podsOf(t, c, "app=probe")[0]
+		if client.node == node {
+			t.Fatalf("the requests' pod %s is on the node to stop", client.name)
+		}
+		// The busybox image is /bin alone: the loop makes its /tmp.
+		loop := `mkdir -p /tmp && rm -f /tmp/requests /tmp/stop; (while [ ! -e /tmp/stop ]; do if ` + httpGet(strings.TrimSpace(web), 80) +
+			` | grep -q web-; then echo ok; else echo "fail $(cat /proc/uptime)"; fi >> /tmp/requests; sleep 0.1; done) </dev/null >/dev/null 2>&1 &`
+		must(t, kubectl(c, time.Minute, "exec", client.name, "--", "sh", "-c", loop))
 		drain, stop, err := c.StopNode(node)
 		must(t, err)
 		code, err := c.Podman(time.Minute, "inspect", "--format", "{{.State.ExitCode}}", node)
@@ -230,6 +296,13 @@ func TestCluster(t *testing.T) {
 			if p.node == node {
 				t.Errorf("pod %s is still on the stopped node %s", p.name, node)
 			}
+		}
+		out, err := kubectlOut(c, time.Minute, "exec", client.name, "--", "sh", "-c", "touch /tmp/stop; sleep 3; cat /tmp/requests")
+		must(t, err)
+		ok, failed := strings.Count(out, "ok\n"), strings.Count(out, "fail")
+		t.Logf("requests to the web Service (PodDisruptionBudget minAvailable 2 of 3) from %s during the node's drain, stop and the rescheduling: %d answered, %d failed", client.node, ok, failed)
+		if failed > 0 || ok < 20 {
+			t.Errorf("%d of %d requests to the web Service failed during the node's drain and stop (want 0 of at least 20):\n%s", failed, ok+failed, testenv.Tail(out, 20))
 		}
 		ready, err := c.StartNode(node)
 		must(t, err)
