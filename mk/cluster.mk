@@ -14,7 +14,7 @@ E2E_CLUSTER_TIMEOUT ?= 20m
 
 .PHONY: cluster-build cluster cluster-down e2e-cluster lint-cluster
 
-cluster-build: ## flanneld, the flannel CNI plugin and coredns from the Go module proxy, into the cache (≈ 10 min the first time)
+cluster-build: ## flanneld, the flannel CNI plugin and coredns from the Go module proxy, into the cache (≈ 3–10 min the first time)
 	test/cluster/build/build.sh
 
 # The pods' sandbox program, static (CGO_ENABLED=0 from the Makefile).

@@ -21,7 +21,7 @@ SOAK_K8S_TIMEOUT  ?= 60m
 
 .PHONY: k8s e2e-k8s soak-k8s lint-k8s
 
-k8s: ## the Kubernetes binaries of the suite's release and the oldest supported one's node binaries, into the cache (≈ 15 min the first time)
+k8s: ## the Kubernetes binaries of the suite's release and the oldest supported one's node binaries, into the cache (≈ 30 min the first time on 2 cores)
 	test/k8s/build/build.sh $(K8S_CACHE)
 	test/k8s/build/build.sh --release $(K8S_OLDEST) $(K8S_CACHE)
 
