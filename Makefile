@@ -35,7 +35,7 @@ helpers: ## the demo executor and proxy, and the test helper programs
 	$(GO) build -trimpath -o $(BIN)/ ./test/helpers/...
 
 # The long runs (build tag long) are make test-long's, in mk/long.mk.
-test: ## every test but the long runs (make test-long); root tests need root (CI=true fails instead of skipping); on a quiet 2-core machine 40 s warm, 97 s with an empty build cache
+test: ## every test but the long runs (make test-long); root tests need root (CI=true fails instead of skipping); on 2 cores 1.5–3 minutes warm by the machine (docs/testing.md)
 	$(GO) test -count=1 ./...
 
 test-race: ## make test's tests, short, under the race detector, with a race-built nodeinit in the integration tests (130–169 s on 2 cores with the build cache warm, 4.5–5 minutes with it empty)
