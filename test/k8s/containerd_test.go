@@ -3,11 +3,14 @@
 package k8s
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -158,16 +161,18 @@ func (c *containerd) cri(args ...string) (string, error) {
 // removePods stops and removes every pod sandbox through the CRI, so that
 // CNI takes each pod's network down and runc removes the containers and
 // their cgroups: pods outlive the kubelet, which has no graceful node
-// shutdown here.
+// shutdown here. It returns once containerd holds no container at all.
 //
-// A node stopped while the kubelet was starting a pod leaves a container
-// whose start is still in flight in containerd. The forced removal does not
-// stop such a container: containerd refuses to remove it while it starts
-// ("container is in starting state"), and when the start ends between the
-// stop and the removal, the container runs ("container is still running").
-// Either way the start is over a moment later, and containerd says nothing
-// when it is, so the removal, which stops what runs, is tried again for as
-// long as one of those is the reason, up to half a minute.
+// A node stopped while the kubelet was starting a pod leaves that start
+// in flight in containerd, which goes on with it after the kubelet has
+// gone. Until it ends, the CRI does not list the sandbox (a forced removal
+// passes it by, and a containerd stopped then leaves its shim running for
+// good), or refuses to remove a container whose start is in flight
+// ("container is in starting state"), or finds it running when the start
+// ended between the stop and the removal ("container is still running").
+// containerd says nothing when the start is over, so the removal is tried
+// again until containerd's own list of containers in the CRI's namespace
+// is empty, up to half a minute; what is left then is named.
 func (c *containerd) removePods() []error {
 	if !c.running() {
 		return nil
@@ -175,14 +180,58 @@ func (c *containerd) removePods() []error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := c.cri("rmp", "--all", "--force")
-		switch {
-		case err == nil:
-			return nil
-		case !startInFlight(err) || time.Now().After(deadline):
+		if err != nil && !startInFlight(err) {
 			return []error{fmt.Errorf("remove the pods through the CRI: %w", err)}
+		}
+		left, lerr := c.containers()
+		if lerr != nil {
+			return []error{lerr}
+		}
+		switch {
+		case err == nil && left == "":
+			return nil
+		case time.Now().After(deadline) && err != nil:
+			return []error{fmt.Errorf("remove the pods through the CRI: %w", err)}
+		case time.Now().After(deadline):
+			return []error{fmt.Errorf("containerd still holds containers the CRI does not list, half a minute after the pods were removed:\n%s", left)}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// containers lists, with their labels, the containers containerd holds in
+// the CRI's namespace, whether the CRI lists them or not; "" when none.
+func (c *containerd) containers() (string, error) {
+	out, err := stdoutOf(time.Minute, c.ctr, "--address", c.socket(), "--namespace", "k8s.io", "containers", "list", "--quiet")
+	if err != nil {
+		return "", fmt.Errorf("list containerd's containers: %w", err)
+	}
+	ids := strings.Fields(out)
+	if len(ids) == 0 {
+		return "", nil
+	}
+	var b strings.Builder
+	for _, id := range ids {
+		info, _ := stdoutOf(time.Minute, c.ctr, "--address", c.socket(), "--namespace", "k8s.io", "containers", "info", id)
+		fmt.Fprintf(&b, "%s %s\n", id, criLabels(info))
+	}
+	return b.String(), nil
+}
+
+// criLabels picks from `ctr containers info`'s JSON the labels that say
+// which pod a container is of.
+func criLabels(info string) string {
+	var v struct{ Labels map[string]string }
+	if json.Unmarshal([]byte(info), &v) != nil {
+		return ""
+	}
+	var kept []string
+	for _, k := range []string{"io.cri-containerd.kind", "io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.container.name"} {
+		if l, ok := v.Labels[k]; ok {
+			kept = append(kept, k+"="+l)
+		}
+	}
+	return strings.Join(kept, " ")
 }
 
 // startInFlight says whether the CRI refused to remove a container because
@@ -190,4 +239,56 @@ func (c *containerd) removePods() []error {
 func startInFlight(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "container is in starting state") || strings.Contains(msg, "container is still running")
+}
+
+// TestLeakedShimIsKnownByItsDeletedBundle: the fixture kills a shim that
+// containerd lost only when the process is a shim and its bundle, its
+// working directory, is gone; a shim in its bundle and any other process
+// in a deleted directory are left to the check that fails the run.
+func TestLeakedShimIsKnownByItsDeletedBundle(t *testing.T) {
+	dir := t.TempDir()
+	shim := filepath.Join(dir, "containerd-shim-runc-v2")
+	other := filepath.Join(dir, "kubelet")
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{shim, other} {
+		if _, err := run(10*time.Second, "cp", sleep, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := func(program, cwd string) *exec.Cmd {
+		if err := os.MkdirAll(cwd, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(program, "60")
+		cmd.Dir = cwd
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	lost := start(shim, filepath.Join(dir, "bundle-lost"))
+	live := start(shim, filepath.Join(dir, "bundle-live"))
+	kubelet := start(other, filepath.Join(dir, "elsewhere"))
+	for _, d := range []string{"bundle-lost", "elsewhere"} {
+		if err := os.Remove(filepath.Join(dir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		cmd  *exec.Cmd
+		want bool
+	}{{"a shim whose bundle is deleted", lost, true}, {"a shim in its bundle", live, false}, {"another program in a deleted directory", kubelet, false}} {
+		bundle, got := leakedShim(c.cmd.Process.Pid)
+		if got != c.want {
+			t.Errorf("%s: leakedShim says %v (bundle %q), want %v", c.name, got, bundle, c.want)
+		}
+		if got && bundle != filepath.Join(dir, "bundle-lost") {
+			t.Errorf("%s: bundle %q, want %q", c.name, bundle, filepath.Join(dir, "bundle-lost"))
+		}
+	}
 }

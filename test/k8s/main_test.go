@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nodeinit/nodeinit/test/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // Names and address ranges of the fixture. Every server listens on
@@ -278,9 +279,20 @@ func (c *cluster) close() []error {
 	}
 	errs = append(errs, putBack(c.base, c.bin)...)
 	// Whatever the fixture started names its directory on its command line:
-	// containerd's shims, conmon, a kubelet or kube-proxy.
-	for _, pid := range testenv.ProcessesWithArg(c.dir) {
+	// containerd's shims, conmon, a kubelet or kube-proxy. A shim whose last
+	// container was just deleted is told to exit and may still be on its
+	// way out: each is given a few seconds.
+	for _, pid := range stillRunning(c.dir, 10*time.Second) {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bundle, ok := leakedShim(pid); ok {
+			// removePods saw containerd hold no container, and this shim's
+			// bundle is deleted: containerd lost it while a task's creation
+			// or deletion was cut short (containerd's issues 6860, 7496,
+			// 11392), and nothing will ever tell it to exit.
+			unix.Kill(pid, unix.SIGKILL)
+			fmt.Printf("containerd left the shim of a container it no longer holds (bundle %s); killed pid %d: %s\n", bundle, pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
+			continue
+		}
 		errs = append(errs, fmt.Errorf("process %d that the fixture started still runs: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
 	}
 	if c.dir != "" {
@@ -290,6 +302,33 @@ func (c *cluster) close() []error {
 	}
 	errs = append(errs, c.base.verify(c.dir)...)
 	return errs
+}
+
+// leakedShim says whether pid is a runc shim whose bundle, its working
+// directory, has been deleted, and names the bundle.
+func leakedShim(pid int) (string, bool) {
+	if st, err := testenv.ReadStat(pid); err != nil || !strings.HasPrefix(st.Comm, "containerd-shim") {
+		return "", false
+	}
+	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+	if err != nil {
+		return "", false
+	}
+	bundle, deleted := strings.CutSuffix(cwd, " (deleted)")
+	return bundle, deleted
+}
+
+// stillRunning lists the processes naming arg on their command line that
+// still run after timeout.
+func stillRunning(arg string, timeout time.Duration) []int {
+	deadline := time.Now().Add(timeout)
+	for {
+		pids := testenv.ProcessesWithArg(arg)
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return pids
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // waitHTTP waits up to timeout for url to answer 200, failing early with the
