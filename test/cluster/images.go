@@ -24,11 +24,11 @@ const (
 	CoreDNSImage = "localhost/nodeinit/coredns:v1.14.7"
 )
 
-// basePackages are what the node calls at run time: runc and the CNI
+// BasePackages are what the node calls at run time: runc and the CNI
 // plugins for containerd, iptables and nft, mount, conntrack and modprobe
 // for the kubelet and kube-proxy, ip and curl for an operator. flannel's
 // image is built on the same root, for its iptables.
-var basePackages = []string{"runc", "containernetworking-plugins", "iptables", "nftables", "mount", "util-linux",
+var BasePackages = []string{"runc", "containernetworking-plugins", "iptables", "nftables", "mount", "util-linux",
 	"conntrack", "kmod", "iproute2", "curl", "ca-certificates", "procps"}
 
 // buildImages builds every image into the cluster's store and saves the
@@ -118,11 +118,11 @@ func (c *Cluster) archive(image string) string {
 	return filepath.Join(c.archiveDir(), strings.NewReplacer("/", "_", ":", "_").Replace(image)+".tar")
 }
 
-// debianRoot is a Debian bookworm minbase root with basePackages, made by
+// debianRoot is a Debian bookworm minbase root with BasePackages, made by
 // mmdebstrap from the distribution's packages (nothing is pulled from a
 // registry) once per machine and package list, and kept in BaseCache.
 func (c *Cluster) debianRoot() (string, error) {
-	sum := sha256.Sum256([]byte("bookworm minbase " + strings.Join(basePackages, ",")))
+	sum := sha256.Sum256([]byte("bookworm minbase " + strings.Join(BasePackages, ",")))
 	tarball := filepath.Join(c.BaseCache, "node-runtime-base-bookworm-"+hex.EncodeToString(sum[:6])+".tar")
 	if _, err := os.Stat(tarball); err == nil {
 		return tarball, nil
@@ -133,14 +133,14 @@ func (c *Cluster) debianRoot() (string, error) {
 	start := time.Now()
 	tmp := tarball + ".partial"
 	if _, err := run(15*time.Minute, "mmdebstrap", "--quiet", "--variant=minbase", "--format=tar",
-		"--include="+strings.Join(basePackages, ","), "bookworm", tmp); err != nil {
+		"--include="+strings.Join(BasePackages, ","), "bookworm", tmp); err != nil {
 		os.Remove(tmp)
 		return "", fmt.Errorf("make the node image's Debian root: %w", err)
 	}
 	if err := os.Rename(tmp, tarball); err != nil {
 		return "", err
 	}
-	c.logf("the node image's Debian root (%s) made with mmdebstrap in %v: %s", strings.Join(basePackages, " "), time.Since(start).Round(time.Second), tarball)
+	c.logf("the node image's Debian root (%s) made with mmdebstrap in %v: %s", strings.Join(BasePackages, " "), time.Since(start).Round(time.Second), tarball)
 	return tarball, nil
 }
 

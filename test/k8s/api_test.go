@@ -241,7 +241,7 @@ type node struct {
 		// Allocatable is what the scheduler may place: capacity less the
 		// kubelet's reservations.
 		Allocatable map[string]string
-		NodeInfo    struct{ KubeletVersion, MachineID string }
+		NodeInfo    struct{ KubeletVersion, MachineID, ContainerRuntimeVersion string }
 	}
 }
 

@@ -63,6 +63,7 @@ const guestDrainDir = "/var/lib/nodeinit-vm-drain"
 func TestModernHost(t *testing.T) {
 	c := getCluster(t)
 	c.buildNodeImage(t)
+	c.buildNodeRuntimeImage(t)
 	dir := t.TempDir()
 	share := filepath.Join(dir, "share")
 	start := time.Now()
@@ -106,6 +107,7 @@ func TestModernHost(t *testing.T) {
 			k.stopAndCheckGuestDrained(v, guestCrictl)
 		})
 		t.Run("limits", func(t *testing.T) { c.checkGuestLimitedNode(t, v) })
+		t.Run("self-contained node image", func(t *testing.T) { c.checkGuestNodeRuntime(t, v) })
 		// The guest's Docker engine, started once and left running with
 		// the node image for the cases below.
 		t.Run("docker", func(t *testing.T) {
@@ -151,7 +153,7 @@ func oldestBinaries() []string {
 
 // fillShare puts what the guest needs into the shared folder: the kubelet,
 // kube-proxy and crictl (the oldest release's kubelet and kube-proxy too),
-// nodeinit, and the node, pause and busybox images
+// nodeinit, and the node, self-contained node, pause and busybox images
 // as archives (podman save), which imageStores loads into the guest's
 // stores and the Mesos case imports into a containerd of its own.
 func (c *cluster) fillShare(t *testing.T, share string) {
@@ -168,7 +170,7 @@ func (c *cluster) fillShare(t *testing.T, share string) {
 	}
 	must(t, linkOrCopy(nodeinit, filepath.Join(share, "nodeinit")))
 	must(t, os.MkdirAll(filepath.Join(share, "images"), 0o755))
-	for name, image := range map[string]string{"node": nodeImage, "pause": pauseImage, "busybox": busyboxImage} {
+	for name, image := range map[string]string{"node": nodeImage, "node-runtime": nodeRuntimeImage, "pause": pauseImage, "busybox": busyboxImage} {
 		if _, err := c.podman.run(10*time.Minute, "save", "--format", "docker-archive", "-o", filepath.Join(share, "images", name+".tar"), image); err != nil {
 			t.Fatal(err)
 		}
@@ -217,8 +219,8 @@ func checkModernFacts(t *testing.T, v *vm) {
 			t.Errorf("the runtime root %s is not bound from the image stores' disk (/dev/vdb, label %s): %q", root, guestStoresLabel, source)
 		}
 	}
-	if images := strings.Fields(v.ssh(guestCrictl + " images -q | wc -l; podman images -q | wc -l")); !slices.Equal(images, []string{"3", "1"}) {
-		t.Errorf("the guest's stores have %q images (containerd's CRI, podman); want 3 and 1", images)
+	if images := strings.Fields(v.ssh(guestCrictl + " images -q | wc -l; podman images -q | wc -l")); !slices.Equal(images, []string{"3", "2"}) {
+		t.Errorf("the guest's stores have %q images (containerd's CRI, podman); want 3 and 2", images)
 	}
 	t.Logf("guest: cgroup2 only with %v, PID 1 %s, %s with SystemdCgroup = true, no swap; the runtimes' roots:\n%s", controllers, sysd, cd, roots)
 }

@@ -55,8 +55,8 @@ func imageStores(t *testing.T, dir, share string) string {
 			return fillContainerdStore(filepath.Join(dir, "containerd"), store,
 				filepath.Join(images, "pause.tar"), filepath.Join(images, "busybox.tar"), node)
 		}},
-		{"the node image into podman's store", "containers/storage", func(store string) error {
-			return fillPodmanStore(filepath.Join(dir, "podman"), store, node)
+		{"the node image and the self-contained one into podman's store", "containers/storage", func(store string) error {
+			return fillPodmanStore(filepath.Join(dir, "podman"), store, node, filepath.Join(images, "node-runtime.tar"))
 		}},
 		{"the node image into Docker's store", "docker", func(store string) error {
 			return fillDockerStore(t, store, node)
@@ -115,18 +115,20 @@ func fillContainerdStore(dir, store string, archives ...string) error {
 	return removeAll(dir)
 }
 
-// fillPodmanStore loads an archive into a podman store of its own in dir,
+// fillPodmanStore loads archives into a podman store of its own in dir,
 // then moves the store to store, without what is this machine's and not
 // the guest's: libpod's database, which names the store's path here and
 // holds no image, and the network backend podman chose here (netavark,
 // which the guest, with the CNI plugins, does not have).
-func fillPodmanStore(dir, store, archive string) error {
+func fillPodmanStore(dir, store string, archives ...string) error {
 	p, err := newPodman(dir)
 	if err != nil {
 		return err
 	}
-	if _, err := p.run(5*time.Minute, "load", "--quiet", "--input", archive); err != nil {
-		return err
+	for _, a := range archives {
+		if _, err := p.run(5*time.Minute, "load", "--quiet", "--input", a); err != nil {
+			return err
+		}
 	}
 	if err := os.Rename(filepath.Join(dir, "storage"), store); err != nil {
 		return err
