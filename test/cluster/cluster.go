@@ -217,10 +217,15 @@ func Create(cfg Config, logf func(string, ...any)) (*Cluster, error) {
 		return c, err
 	}
 
+	// Each node's Ready is awaited from when its images are in: the loads
+	// take turns (concurrentLoads), and a node has no pod network before.
 	ready := make(chan error, len(c.NodeNames))
+	loaded := make([]chan struct{}, len(c.NodeNames))
 	var mu sync.Mutex
-	for _, n := range c.NodeNames {
+	for i, n := range c.NodeNames {
+		loaded[i] = make(chan struct{})
 		go func() {
+			<-loaded[i]
 			err := c.kubectl(5*time.Minute, "wait", "--for=create", "node/"+n, "--timeout=300s")
 			if err == nil {
 				err = c.kubectl(5*time.Minute, "wait", "--for=condition=Ready", "node/"+n, "--timeout=300s")
@@ -233,8 +238,13 @@ func Create(cfg Config, logf func(string, ...any)) (*Cluster, error) {
 	}
 	c.Times.NodesBegin = time.Since(start)
 	started := make(chan error, len(c.NodeNames))
+	loads := make(chan struct{}, concurrentLoads)
 	for i := range c.NodeNames {
-		go func() { started <- c.startNode(i) }()
+		go func() {
+			err := c.startNode(i, loads)
+			close(loaded[i])
+			started <- err
+		}()
 	}
 	var errs []error
 	for range c.NodeNames {

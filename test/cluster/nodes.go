@@ -42,9 +42,15 @@ func (c *Cluster) NodeRunArgs(i int) []string {
 	return append(args, NodeImage, "--proxy-arg=--cluster-cidr="+PodCIDR, "--raise-inotify-limits")
 }
 
+// concurrentLoads is how many nodes load their images at once. Each load
+// unpacks the images into the node's snapshotter, which costs CPU and
+// disk: twenty nodes loading at once on 2 cores did not finish within
+// the bound of one load.
+const concurrentLoads = 4
+
 // startNode runs the i-th node's container, waits for its containerd and
-// loads the images into it.
-func (c *Cluster) startNode(i int) error {
+// loads the images into it, once it holds a place in loads.
+func (c *Cluster) startNode(i int, loads chan struct{}) error {
 	n := c.NodeNames[i]
 	if _, err := c.podman.run(2*time.Minute, append([]string{"run"}, c.NodeRunArgs(i)...)...); err != nil {
 		return err
@@ -52,6 +58,8 @@ func (c *Cluster) startNode(i int) error {
 	if err := c.waitContainerd(n, 2*time.Minute); err != nil {
 		return err
 	}
+	loads <- struct{}{}
+	defer func() { <-loads }()
 	return c.loadImages(n)
 }
 
