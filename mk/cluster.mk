@@ -12,7 +12,7 @@ NAME    ?= nodeinit
 CLUSTER_DIR ?=
 E2E_CLUSTER_TIMEOUT ?= 20m
 
-.PHONY: cluster-build cluster cluster-down e2e-cluster lint-cluster
+.PHONY: cluster-build cluster cluster-down cluster-load e2e-cluster lint-cluster
 
 cluster-build: ## flanneld, the flannel CNI plugin and coredns from the Go module proxy, into the cache (≈ 3–10 min the first time)
 	test/cluster/build/build.sh
@@ -28,6 +28,10 @@ cluster: build $(BIN)/pause ## a cluster of NODES (3) nodeinit nodes with flanne
 
 cluster-down: ## take the cluster NAME (nodeinit) down: containers, network, volumes, cgroups, its directory (root)
 	$(GO) run ./test/cluster/cmd/cluster delete --name=$(NAME) $(if $(CLUSTER_DIR),--dir=$(CLUSTER_DIR))
+
+cluster-load: ## load image archives (IMAGES="app.tar ...", podman save or docker save) into every node of the cluster NAME (root)
+	@test -n "$(IMAGES)" || { echo 'make cluster-load: name the archives: IMAGES="app.tar ..."'; exit 2; }
+	$(GO) run ./test/cluster/cmd/cluster load --name=$(NAME) $(if $(CLUSTER_DIR),--dir=$(CLUSTER_DIR)) $(abspath $(IMAGES))
 
 e2e-cluster: build $(BIN)/pause ## the cluster test: 3 nodes up, pod network, Services, DNS, logs/exec, a node stopped and started, the cluster deleted and nothing left (root)
 	@bin=$$(test/k8s/build/build.sh | tail -n 1) && net=$$(test/cluster/build/build.sh | tail -n 1) && \

@@ -3,11 +3,13 @@ package cluster
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -171,4 +173,52 @@ func linkOrCopy(from, to string) error {
 		return nil
 	}
 	return exec.Command("cp", "--preserve=mode", from, to).Run()
+}
+
+// LoadArchives imports image archives (docker-archive or OCI) into every
+// node's containerd, concurrentLoads nodes at a time: images of a user's
+// own, or the e2e suite's.
+func (c *Cluster) LoadArchives(archives ...string) error {
+	return c.eachNode(func(node string) error {
+		for _, a := range archives {
+			f, err := os.Open(a)
+			if err != nil {
+				return err
+			}
+			_, err = c.podman.runIn(5*time.Minute, f, "exec", "-i", node, "ctr", "--namespace=k8s.io", "images", "import", "-")
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("load %s into %s: %w", a, node, err)
+			}
+		}
+		return nil
+	})
+}
+
+// TagImage gives the image from a second name, to, in every node's
+// containerd.
+func (c *Cluster) TagImage(from, to string) error {
+	return c.eachNode(func(node string) error {
+		_, err := c.podman.run(time.Minute, "exec", node, "ctr", "--namespace=k8s.io", "images", "tag", "--force", from, to)
+		return err
+	})
+}
+
+// eachNode runs f for every node, concurrentLoads at a time, and returns
+// the first error.
+func (c *Cluster) eachNode(f func(node string) error) error {
+	errs := make([]error, len(c.NodeNames))
+	slots := make(chan struct{}, concurrentLoads)
+	var wg sync.WaitGroup
+	for i, n := range c.NodeNames {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			errs[i] = f(n)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -3,8 +3,11 @@
 //
 //	cluster create [--name=nodeinit] [--nodes=3] [--dir=DIR] --k8s-bin=DIR --net-bin=DIR --nodeinit=FILE --pause=FILE
 //	cluster delete [--name=nodeinit] [--dir=DIR]
+//	cluster load [--name=nodeinit] [--dir=DIR] ARCHIVE...
 //
-// make cluster and make cluster-down run it with the builds' directories.
+// make cluster and make cluster-down run it with the builds' directories;
+// load imports image archives (podman save, docker save) into every
+// node's containerd, as make cluster-load does.
 package main
 
 import (
@@ -29,8 +32,8 @@ func main() {
 }
 
 func run(args []string) error {
-	if len(args) == 0 || (args[0] != "create" && args[0] != "delete") {
-		return fmt.Errorf("usage: cluster create|delete [flags]")
+	if len(args) == 0 || (args[0] != "create" && args[0] != "delete" && args[0] != "load") {
+		return fmt.Errorf("usage: cluster create|delete|load [flags]")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	name := fs.String("name", "nodeinit", "the cluster's name: its network, containers and kubeconfig context")
@@ -52,6 +55,21 @@ func run(args []string) error {
 	}
 	logf := func(format string, a ...any) {
 		fmt.Printf("%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+	if args[0] == "load" {
+		if fs.NArg() == 0 {
+			return fmt.Errorf("load: no image archive named")
+		}
+		c, err := cluster.Open(*dir, logf)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := c.LoadArchives(fs.Args()...); err != nil {
+			return err
+		}
+		logf("image archives loaded into %d nodes in %v: %s", len(c.NodeNames), time.Since(start).Round(100*time.Millisecond), strings.Join(fs.Args(), " "))
+		return nil
 	}
 	if args[0] == "delete" {
 		c, err := cluster.Open(*dir, logf)
