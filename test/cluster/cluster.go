@@ -269,6 +269,9 @@ func Create(cfg Config, logf func(string, ...any)) (*Cluster, error) {
 	c.logf("first node Ready %v after the start (%v after the nodes' start), all %d %v (%v)",
 		c.Times.FirstReady.Round(100*time.Millisecond), (c.Times.FirstReady - c.Times.NodesBegin).Round(100*time.Millisecond),
 		len(c.NodeNames), c.Times.AllReady.Round(100*time.Millisecond), (c.Times.AllReady - c.Times.NodesBegin).Round(100*time.Millisecond))
+	if err := c.routeToPods(); err != nil {
+		return c, err
+	}
 	if err := c.waitAddons(); err != nil {
 		return c, err
 	}

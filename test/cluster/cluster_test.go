@@ -116,7 +116,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := cluster.Config{
-		Name: "nitest", Nodes: 3, Dir: dir, Subnet: "172.30.41.0/24",
+		Name: "nitest", Nodes: 3, Dir: dir, Subnet: "172.30.49.0/24",
 		K8sBin: k8sBin, NetBin: netBin, Repo: testenv.ModuleRoot(t),
 		NodeInit: testenv.Build(t, "./cmd/nodeinit"), Pause: testenv.Build(t, "./test/k8s/pause"),
 		BaseCache: filepath.Dir(netBin),
@@ -223,7 +223,7 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("LogsAndExecOnEveryNode", func(t *testing.T) {
+	t.Run("LogsExecAndProxyOnEveryNode", func(t *testing.T) {
 		for _, p := range probes {
 			out, err := kubectlOut(c, time.Minute, "logs", p.name)
 			if err != nil || !strings.Contains(out, "serving "+p.name+" on "+p.node) {
@@ -232,6 +232,12 @@ func TestCluster(t *testing.T) {
 			out, err = kubectlOut(c, time.Minute, "exec", p.name, "--", "cat", "/www/index.html")
 			if err != nil || strings.TrimSpace(out) != p.name {
 				t.Errorf("kubectl exec %s (on %s): %q, %v", p.name, p.node, out, err)
+			}
+			// The API server's own way to a pod, which its proxy,
+			// webhooks and aggregated APIs take: the pod's address.
+			out, err = kubectlOut(c, time.Minute, "get", "--raw", "/api/v1/namespaces/default/pods/"+p.name+":8080/proxy/")
+			if err != nil || strings.TrimSpace(out) != p.name {
+				t.Errorf("the API server's proxy to %s (on %s): %q, %v", p.name, p.node, out, err)
 			}
 		}
 	})

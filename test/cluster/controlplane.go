@@ -179,7 +179,12 @@ func (c *Cluster) startControlPlane() error {
 		"--service-account-key-file="+pki+"/sa.pub", "--service-account-signing-key-file="+pki+"/sa.key",
 		"--service-cluster-ip-range="+ServiceCIDR,
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-		"--allow-privileged=true", "--profiling=false"); err != nil {
+		"--allow-privileged=true", "--profiling=false",
+		// The API server is no node: no kube-proxy translates a Service's
+		// address in its network namespace. It reaches webhooks and
+		// aggregated APIs at their Services' endpoints (pods) instead,
+		// over the routes routeToPods gives it.
+		"--enable-aggregator-routing=true"); err != nil {
 		return err
 	}
 	if err := c.waitAPI(2 * time.Minute); err != nil {
@@ -240,4 +245,33 @@ func (c *Cluster) containerLog(name string, n int) string {
 		return out + err.Error()
 	}
 	return out
+}
+
+// routeToPods routes each node's pod CIDR, in the control plane's network
+// namespace, to the node's address. The API server reaches pods for
+// `kubectl port-forward`'s and the pods' proxy, webhooks and aggregated
+// APIs; in kind the control plane is a node whose CNI routes it there.
+// Here it is not a node, and takes the routes a cloud's route controller
+// would write into the network: each node forwards to its pods, whose
+// network flannel makes.
+func (c *Cluster) routeToPods() error {
+	out, err := c.Kubectl(30*time.Second, "get", "nodes", "-o",
+		`jsonpath={range .items[*]}{.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}`)
+	if err != nil {
+		return err
+	}
+	pid, err := c.podman.run(30*time.Second, "inspect", "--format", "{{.State.Pid}}", c.controlPlaneContainers()[0])
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			return fmt.Errorf("a node without a pod CIDR or an address: %q", l)
+		}
+		if _, err := run(10*time.Second, "nsenter", "--target", strings.TrimSpace(pid), "--net", "ip", "route", "replace", f[0], "via", f[1]); err != nil {
+			return fmt.Errorf("route %s to node %s in the control plane: %w", f[0], f[1], err)
+		}
+	}
+	return nil
 }
