@@ -13,7 +13,15 @@
 # of your own, CONFORMANCE_FOCUS='\[Conformance\]' say, which then wins.
 CONFORMANCE_SPECS   ?= test/k8s/conformance/ci-specs.txt
 CONFORMANCE_FOCUS   ?=
-# Where junit.xml, results.md (the table) and e2e.log go.
+# The nodes: empty, one nodeinit node on the real-node suite's control
+# plane; or the directory of a cluster make cluster brought up
+# (/var/lib/nodeinit-cluster/nodeinit for make cluster's default), whose
+# nodes the suite's images are loaded into.
+CONFORMANCE_CLUSTER ?=
+# ginkgo processes: above 1 the [Serial] specs run after the rest, alone.
+CONFORMANCE_PROCS   ?= 1
+# Where junit_01.xml (with several processes, in parallel/ and serial/),
+# results.md (the table) and e2e*.log go.
 CONFORMANCE_REPORT  ?= $(BIN)/conformance
 # The suite's own bound, and the bound of the whole run around it.
 CONFORMANCE_TIMEOUT ?= 30m
@@ -21,14 +29,16 @@ CONFORMANCE_GO_TIMEOUT ?= 45m
 
 .PHONY: conformance conformance-build
 
-conformance-build: ## e2e.test and agnhost of the suite's release, into make k8s's cache (3 min when make k8s has filled the build cache, 20–25 the first time)
+conformance-build: ## e2e.test, agnhost and ginkgo of the suite's release, into make k8s's cache (3 min when make k8s has filled the build cache, 20–25 the first time)
 	nice test/k8s/conformance/build.sh $(K8S_CACHE)
 
-conformance: ## Kubernetes' e2e suite on a nodeinit node: CONFORMANCE_SPECS (the CI set, ≈ 8 min) or CONFORMANCE_FOCUS; JUnit and a table in CONFORMANCE_REPORT (root)
+conformance: ## Kubernetes' e2e suite on a nodeinit node or CONFORMANCE_CLUSTER's nodes: CONFORMANCE_SPECS (the CI set, ≈ 8 min) or CONFORMANCE_FOCUS; JUnit and a table in CONFORMANCE_REPORT (root)
 	@bin=$$(nice test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
 	  suite=$$(nice test/k8s/conformance/build.sh $(K8S_CACHE) | tail -n 1) && \
-	  echo "Kubernetes binaries: $$bin; the e2e suite: $$suite" && \
-	  NODEINIT_K8S_BIN=$$bin NODEINIT_CONFORMANCE_BIN=$$suite \
+	  net=$$(nice test/cluster/build/build.sh | tail -n 1) && \
+	  echo "Kubernetes binaries: $$bin; the e2e suite: $$suite; CoreDNS: $$net" && \
+	  NODEINIT_K8S_BIN=$$bin NODEINIT_CONFORMANCE_BIN=$$suite NODEINIT_CLUSTER_BIN=$$net \
 	  NODEINIT_CONFORMANCE_REPORT=$(abspath $(CONFORMANCE_REPORT)) NODEINIT_CONFORMANCE_TIMEOUT=$(CONFORMANCE_TIMEOUT) \
+	  NODEINIT_CONFORMANCE_PROCS=$(CONFORMANCE_PROCS) $(if $(CONFORMANCE_CLUSTER),NODEINIT_CONFORMANCE_CLUSTER=$(abspath $(CONFORMANCE_CLUSTER))) \
 	  $(if $(CONFORMANCE_FOCUS),NODEINIT_CONFORMANCE_FOCUS='$(CONFORMANCE_FOCUS)',NODEINIT_CONFORMANCE_SPECS=$(abspath $(CONFORMANCE_SPECS))) \
 	  $(GO) test -tags k8s -count=1 -json -timeout $(CONFORMANCE_GO_TIMEOUT) -run '^TestConformance$$' ./test/k8s | $(FAILURES)

@@ -15,13 +15,16 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	nodecluster "github.com/nodeinit/nodeinit/test/cluster"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
@@ -32,6 +35,7 @@ const (
 	conformanceAgnhost = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
 	conformanceBusybox = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
 	conformancePause   = "registry.k8s.io/pause:3.10.2"
+	conformanceNginx   = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
 )
 
 // conformanceAgnhostPackages are the Debian packages of the agnhost image's
@@ -40,15 +44,18 @@ const (
 var conformanceAgnhostPackages = []string{"bind9-dnsutils", "curl", "netcat-openbsd", "iproute2", "iperf", "socat", "util-linux", "ca-certificates", "net-tools", "procps", "wget", "iputils-ping"}
 
 // TestConformance runs Kubernetes' own end-to-end suite (e2e.test, of the
-// release the real-node tests run) against one nodeinit node on the shared
-// control plane, and writes each spec's result as JUnit and as a table.
-// make conformance builds the suite and runs it; the environment says what
-// to run:
+// release the real-node tests run) against nodeinit nodes, and writes each
+// spec's result as JUnit and as a table. The nodes are one nodeinit node on
+// the shared control plane, or the nodes of a cluster make cluster brought
+// up. make conformance builds the suite and runs it; the environment says
+// what to run:
 //
 //	NODEINIT_CONFORMANCE_BIN     the suite's build (test/k8s/conformance/build.sh)
 //	NODEINIT_CONFORMANCE_SPECS   a file of spec names, one a line, run exactly
 //	NODEINIT_CONFORMANCE_FOCUS   or a ginkgo focus of its own (a regular expression)
-//	NODEINIT_CONFORMANCE_REPORT  where junit.xml, results.md and e2e.log go
+//	NODEINIT_CONFORMANCE_CLUSTER a cluster's directory (test/cluster): its nodes, not one of the fixture's
+//	NODEINIT_CONFORMANCE_PROCS   ginkgo processes (default 1); above 1 the [Serial] specs run after the rest, alone
+//	NODEINIT_CONFORMANCE_REPORT  where junit_01.xml (one for each pass), results.md and e2e*.log go
 //	NODEINIT_CONFORMANCE_TIMEOUT the suite's own bound (default 30m)
 //
 // Without NODEINIT_CONFORMANCE_BIN it does not run: make e2e-k8s leaves the
@@ -82,6 +89,14 @@ func TestConformance(t *testing.T) {
 		}
 		timeout = d
 	}
+	procs := 1
+	if v := os.Getenv("NODEINIT_CONFORMANCE_PROCS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("NODEINIT_CONFORMANCE_PROCS=%q: not a number of processes", v)
+		}
+		procs = n
+	}
 	report := os.Getenv("NODEINIT_CONFORMANCE_REPORT")
 	if report == "" {
 		report = t.TempDir()
@@ -91,47 +106,62 @@ func TestConformance(t *testing.T) {
 	if _, err := os.Stat(e2e); err != nil {
 		t.Fatalf("the suite is not built in %s: make conformance builds it (%v)", suite, err)
 	}
+	if procs > 1 && !fileExists(filepath.Join(suite, "ginkgo")) {
+		t.Fatalf("NODEINIT_CONFORMANCE_PROCS=%d needs the ginkgo command, which %s lacks: make conformance-build builds it", procs, suite)
+	}
 	if specs != nil {
 		conformanceCheckSpecs(t, e2e, specs)
 	}
 
-	c := getCluster(t)
-	start := time.Now()
-	c.conformanceImages(t, suite)
-	t.Logf("the suite's images (agnhost, busybox, pause) made and imported into containerd in %v", time.Since(start).Round(100*time.Millisecond))
-
-	name, addr := conformanceNodeName(t)
-	c.startConformanceNode(t, name, addr)
-
-	kubeconfig := filepath.Join(report, "admin.conf")
-	must(t, os.WriteFile(kubeconfig, c.pki.kubeconfig(apiServer, c.admin), 0o600))
-	junit := filepath.Join(report, "junit.xml")
-	log := filepath.Join(report, "e2e.log")
-	_ = os.Remove(junit)
-	args := []string{
-		"--kubeconfig=" + kubeconfig,
-		"--provider=skeleton",
-		"--kubectl-path=" + filepath.Join(c.bin, "kubectl"),
-		"--container-runtime-endpoint=" + c.containerd.endpoint(),
-		"--e2e-output-dir=" + report,
-		// Nothing to gather the node's logs over ssh from: the run's own
-		// logs are the node's directory.
-		"--disable-log-dump",
-		"--ginkgo.focus=" + focus,
-		"--ginkgo.junit-report=" + junit,
-		"--ginkgo.timeout=" + timeout.String(),
-		"--ginkgo.no-color",
-		"--ginkgo.v",
+	var nodes conformanceNodes
+	if dir := os.Getenv("NODEINIT_CONFORMANCE_CLUSTER"); dir != "" {
+		nodes = conformanceOnCluster(t, suite, dir)
+	} else {
+		nodes = getCluster(t).conformanceOnNode(t, suite, report)
 	}
-	t.Logf("running %s %s", e2e, strings.Join(args[:len(args)-5], " "))
-	start = time.Now()
-	runErr := conformanceRun(e2e, args, log, timeout+2*time.Minute)
+	args := append([]string{
+		"--kubeconfig=" + nodes.kubeconfig,
+		"--provider=skeleton",
+		"--kubectl-path=" + nodes.kubectl,
+		"--num-nodes=" + strconv.Itoa(nodes.count),
+		"--e2e-output-dir=" + report,
+		// Nothing to gather the nodes' logs over ssh from: the run's own
+		// logs are the nodes' directories.
+		"--disable-log-dump",
+	}, nodes.args...)
+
+	// One pass, or with several processes two, as Kubernetes' CI runs the
+	// suite: the [Serial] specs (labelled Serial) must have the cluster to
+	// themselves, so they run after the others, on one process.
+	passes := []conformancePass{{name: "", procs: 1}}
+	if procs > 1 {
+		passes = []conformancePass{{name: "parallel", procs: procs, labels: "!Serial"}, {name: "serial", procs: 1, labels: "Serial"}}
+	}
+	var cases []conformanceCase
+	var runErrs []error
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for _, pass := range passes {
+		dir, junit, log := pass.files(report)
+		must(t, os.MkdirAll(dir, 0o755))
+		_ = os.Remove(junit)
+		remaining := time.Until(deadline).Round(time.Second)
+		cmd := pass.command(suite, focus, remaining, dir, args)
+		t.Logf("running %s", strings.Join(cmd, " "))
+		passStart := time.Now()
+		runErr := conformanceRun(cmd, log, remaining+2*time.Minute)
+		got, err := conformanceReadJUnit(junit)
+		if err != nil {
+			t.Fatalf("the suite wrote no report (%v; it ended with %v); the end of %s:\n%s", err, runErr, log, conformanceTail(log, 40))
+		}
+		t.Logf("pass %q: %d specs reported in %v (%s)", pass.name, len(got), time.Since(passStart).Round(time.Second), conformanceExit(runErr))
+		cases = append(cases, got...)
+		if runErr != nil {
+			runErrs = append(runErrs, fmt.Errorf("%s: %w", log, runErr))
+		}
+	}
 	took := time.Since(start)
 
-	cases, err := conformanceReadJUnit(junit)
-	if err != nil {
-		t.Fatalf("the suite wrote no report (%v; it ended with %v); the end of %s:\n%s", err, runErr, log, conformanceTail(log, 40))
-	}
 	results := conformanceResults(cases, specs)
 	table := conformanceTable(results)
 	must(t, os.WriteFile(filepath.Join(report, "results.md"), []byte(table), 0o644))
@@ -139,9 +169,9 @@ func TestConformance(t *testing.T) {
 	for _, r := range results {
 		counts[r.status]++
 	}
-	t.Logf("the suite ran in %v (%s): %d specs: %d passed, %d failed, %d skipped, %d not run\n%s\nJUnit: %s, table: %s, log: %s",
-		took.Round(time.Second), conformanceExit(runErr), len(results), counts["passed"], counts["failed"], counts["skipped"], counts["not run"],
-		table, junit, filepath.Join(report, "results.md"), log)
+	t.Logf("the suite ran in %v on %d node(s), %d process(es) (%v): %d specs: %d passed, %d failed, %d skipped, %d not run\n%s\ntable: %s, JUnit and logs: %s",
+		took.Round(time.Second), nodes.count, procs, errors.Join(runErrs...), len(results), counts["passed"], counts["failed"], counts["skipped"], counts["not run"],
+		table, filepath.Join(report, "results.md"), report)
 	for _, r := range results {
 		switch {
 		case r.status == "failed":
@@ -150,9 +180,120 @@ func TestConformance(t *testing.T) {
 			t.Errorf("%s, though it is in the fixed set of %s: %s: %s", r.status, specsFile, r.name, r.reason)
 		}
 	}
-	if runErr != nil && counts["failed"] == 0 {
-		t.Errorf("the suite ended with %v and no spec failed; the end of %s:\n%s", runErr, log, conformanceTail(log, 40))
+	if len(runErrs) > 0 && counts["failed"] == 0 {
+		t.Errorf("the suite ended with %v and no spec failed", errors.Join(runErrs...))
 	}
+}
+
+// conformanceNodes are the nodes a run tests, and how the suite reaches
+// them.
+type conformanceNodes struct {
+	kubeconfig, kubectl string
+	count               int
+	args                []string // more of e2e.test's flags
+}
+
+// conformanceOnNode makes the suite's images, imports them into the
+// fixture's containerd and starts one nodeinit node for the suite.
+func (c *cluster) conformanceOnNode(t *testing.T, suite, report string) conformanceNodes {
+	t.Helper()
+	start := time.Now()
+	for _, a := range conformanceImages(t, suite, c.podman, c.dir, conformanceCoreDNS(t)) {
+		must(t, c.containerd.importImage(a))
+	}
+	// pause: the fixture's sandbox image is a pause of its own (holds the
+	// pod's namespaces, reaps, exits on TERM), the same program the suite
+	// runs as a container of its own under this name.
+	for _, alias := range append(conformanceAliases, [2]string{pauseImage, conformancePause}) {
+		if _, err := run(time.Minute, c.containerd.ctr, "--address", c.containerd.socket(), "--namespace", "k8s.io",
+			"images", "tag", "--force", alias[0], alias[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the suite's images made and imported into containerd in %v", time.Since(start).Round(100*time.Millisecond))
+
+	name, addr := conformanceNodeName(t)
+	c.startConformanceNode(t, name, addr)
+	kubeconfig := filepath.Join(report, "admin.conf")
+	must(t, os.WriteFile(kubeconfig, c.pki.kubeconfig(apiServer, c.admin), 0o600))
+	return conformanceNodes{kubeconfig: kubeconfig, kubectl: filepath.Join(c.bin, "kubectl"), count: 1,
+		args: []string{"--container-runtime-endpoint=" + c.containerd.endpoint()}}
+}
+
+// conformanceOnCluster makes the suite's images with a podman store of its
+// own and loads them into every node of the cluster in dir (make cluster):
+// each node runs its own containerd.
+func conformanceOnCluster(t *testing.T, suite, dir string) conformanceNodes {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "podman")
+	cl, err := nodecluster.Open(dir, t.Logf)
+	if err != nil {
+		t.Fatalf("%v (make cluster brings a cluster up)", err)
+	}
+	if out, err := cl.Kubectl(30*time.Second, "get", "nodes"); err != nil {
+		t.Fatalf("the cluster in %s does not answer: %v", dir, err)
+	} else {
+		t.Logf("the cluster's nodes:\n%s", out)
+	}
+	work := t.TempDir()
+	p, err := newPodman(filepath.Join(work, "podman"))
+	must(t, err)
+	t.Cleanup(func() {
+		for _, err := range p.close() {
+			t.Error(err)
+		}
+	})
+	start := time.Now()
+	must(t, cl.LoadArchives(conformanceImages(t, suite, p, work, filepath.Join(cl.NetBin, "coredns"))...))
+	for _, alias := range append(conformanceAliases, [2]string{nodecluster.PauseImage, conformancePause}) {
+		must(t, cl.TagImage(alias[0], alias[1]))
+	}
+	t.Logf("the suite's images loaded into the %d nodes in %v", len(cl.NodeNames), time.Since(start).Round(100*time.Millisecond))
+	return conformanceNodes{kubeconfig: cl.Kubeconfig(), kubectl: filepath.Join(cl.K8sBin, "kubectl"), count: len(cl.NodeNames)}
+}
+
+// conformancePass is one run of the suite: e2e.test itself on one
+// process, or ginkgo's command on several.
+type conformancePass struct {
+	name   string // "" for the only pass
+	procs  int
+	labels string // a ginkgo label filter, or ""
+}
+
+// files are the pass's directory, where the suite writes its JUnit report
+// (junit_01.xml: the spec names without ginkgo's labels appended, as
+// Kubernetes' CI reads them), and its log.
+func (p conformancePass) files(report string) (dir, junit, log string) {
+	dir, suffix := report, ""
+	if p.name != "" {
+		dir, suffix = filepath.Join(report, p.name), "-"+p.name
+	}
+	return dir, filepath.Join(dir, "junit_01.xml"), filepath.Join(report, "e2e"+suffix+".log")
+}
+
+// command is the pass's command line: e2e.test with the suite's flags and
+// ginkgo's, or ginkgo running e2e.test on procs processes; the suite
+// writes its report into dir.
+func (p conformancePass) command(suite, focus string, timeout time.Duration, dir string, args []string) []string {
+	args = append(slices.Clone(args), "--report-dir="+dir)
+	ginkgo := []string{"focus=" + focus, "timeout=" + timeout.String(), "no-color", "v", "silence-skips"}
+	if p.labels != "" {
+		ginkgo = append(ginkgo, "label-filter="+p.labels)
+	}
+	e2e := filepath.Join(suite, "e2e.test")
+	if p.procs == 1 {
+		cmd := append([]string{e2e}, args...)
+		for _, f := range ginkgo {
+			cmd = append(cmd, "--ginkgo."+f)
+		}
+		return cmd
+	}
+	cmd := []string{filepath.Join(suite, "ginkgo"), "--procs=" + strconv.Itoa(p.procs)}
+	for _, f := range ginkgo {
+		cmd = append(cmd, "--"+f)
+	}
+	return append(append(cmd, e2e, "--"), args...)
 }
 
 // conformanceReadSpecs reads a file of full spec names, one a line, as
@@ -282,10 +423,10 @@ func (c *cluster) startConformanceNode(t *testing.T, name, addr string) {
 	t.Logf("node %s Ready %v after nodeinit started; its kubelet serves on %s:10250", name, time.Since(k.started).Round(100*time.Millisecond), addr)
 }
 
-// conformanceImages makes the suite's agnhost and busybox images (once per
-// build of the suite: they are kept beside it) and imports them and the
-// fixture's pause image, under the suite's names, into containerd.
-func (c *cluster) conformanceImages(t *testing.T, suite string) {
+// conformanceImages makes the suite's agnhost and busybox images with the
+// podman p, in work, once per build of the suite (they are kept beside it),
+// and returns their archives.
+func conformanceImages(t *testing.T, suite string, p *podman, work, coredns string) []string {
 	t.Helper()
 	root := testenv.ModuleRoot(t)
 	dir := filepath.Join(suite, "images")
@@ -297,15 +438,15 @@ func (c *cluster) conformanceImages(t *testing.T, suite string) {
 	if !fileExists(agnhost) {
 		base := debianRoot(t, filepath.Dir(suite), conformanceAgnhostPackages)
 		const baseImage = "localhost/nodeinit-conformance-agnhost-base:test"
-		if _, err := c.podman.run(5*time.Minute, "import", base, baseImage); err != nil {
+		if _, err := p.run(5*time.Minute, "import", base, baseImage); err != nil {
 			t.Fatal(err)
 		}
-		ctxDir := filepath.Join(c.dir, "images", "agnhost")
+		ctxDir := filepath.Join(work, "images", "agnhost")
 		must(t, linkOrCopy(filepath.Join(suite, "agnhost"), filepath.Join(ctxDir, "agnhost")))
 		for _, f := range []string{"localhost.crt", "localhost.key"} {
 			must(t, linkOrCopy(filepath.Join(suite, "agnhost-files", f), filepath.Join(ctxDir, f)))
 		}
-		c.conformanceBuild(t, agnhostDef, ctxDir, agnhost, conformanceAgnhost, "BASE="+baseImage)
+		conformanceBuild(t, p, agnhostDef, ctxDir, agnhost, conformanceAgnhost, "BASE="+baseImage)
 	}
 
 	// busybox: Debian's busybox-static, a link for each applet.
@@ -315,7 +456,7 @@ func (c *cluster) conformanceImages(t *testing.T, suite string) {
 	busybox := filepath.Join(dir, "busybox-"+conformanceKey(t, busyboxDef, filepath.Join(filepath.Dir(busyboxDef), "passwd"),
 		filepath.Join(filepath.Dir(busyboxDef), "group"), bb)+".tar")
 	if !fileExists(busybox) {
-		ctxDir := filepath.Join(c.dir, "images", "conformance-busybox")
+		ctxDir := filepath.Join(work, "images", "conformance-busybox")
 		must(t, linkOrCopy(bb, filepath.Join(ctxDir, "bin", "busybox")))
 		list, err := run(10*time.Second, bb, "--list")
 		must(t, err)
@@ -327,45 +468,119 @@ func (c *cluster) conformanceImages(t *testing.T, suite string) {
 		for _, f := range []string{"passwd", "group"} {
 			must(t, linkOrCopy(filepath.Join(filepath.Dir(busyboxDef), f), filepath.Join(ctxDir, f)))
 		}
-		c.conformanceBuild(t, busyboxDef, ctxDir, busybox, conformanceBusybox)
+		conformanceBuild(t, p, busyboxDef, ctxDir, busybox, conformanceBusybox)
 	}
 
-	for _, a := range []string{agnhost, busybox} {
-		must(t, c.containerd.importImage(a))
-	}
-	// pause: the fixture's sandbox image is a pause of its own (holds the
-	// pod's namespaces, reaps, exits on TERM), the same program the suite
-	// runs as a container of its own under this name.
-	if _, err := run(time.Minute, c.containerd.ctr, "--address", c.containerd.socket(), "--namespace", "k8s.io",
-		"images", "tag", "--force", pauseImage, conformancePause); err != nil {
+	archives := []string{agnhost, busybox}
+	// The rest of images/k8s-e2e, on the agnhost made above or a Debian
+	// root; each is kept beside the suite like those two.
+	if _, err := p.run(5*time.Minute, "load", "-i", agnhost); err != nil {
 		t.Fatal(err)
 	}
+	e2eImages := filepath.Join(root, "images", "k8s-e2e")
+	// derived makes the image tag of images/k8s-e2e/name, its context the
+	// files (from: name in the context); key is more of what it is made of.
+	derived := func(name, tag string, files map[string]string, key string, buildArgs ...string) {
+		t.Helper()
+		def := filepath.Join(e2eImages, name, "Dockerfile")
+		inputs := append([]string{def, agnhost, tag, key}, buildArgs...)
+		var fromTo []string
+		for from, to := range files {
+			fromTo = append(fromTo, from, to)
+		}
+		slices.Sort(fromTo)
+		inputs = append(inputs, fromTo...)
+		archive := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(path.Base(tag))+"-"+conformanceKey(t, inputs...)+".tar")
+		if !fileExists(archive) {
+			ctxDir := filepath.Join(work, "images", path.Base(tag))
+			must(t, os.MkdirAll(ctxDir, 0o755))
+			for from, to := range files {
+				must(t, exec.Command("cp", "-R", from, filepath.Join(ctxDir, to)).Run())
+			}
+			conformanceBuild(t, p, def, ctxDir, archive, tag, buildArgs...)
+		}
+		archives = append(archives, archive)
+	}
+	nginxBase := debianRoot(t, filepath.Dir(suite), []string{"nginx-light"})
+	const nginxBaseImage = "localhost/nodeinit-conformance-nginx-base:test"
+	if _, err := p.run(5*time.Minute, "import", nginxBase, nginxBaseImage); err != nil {
+		t.Fatal(err)
+	}
+	// The base's file name holds a hash of its package list.
+	derived("nginx", conformanceNginx, map[string]string{filepath.Join(e2eImages, "nginx", "default.conf"): "default.conf"},
+		filepath.Base(nginxBase), "BASE="+nginxBaseImage)
+	kubernetes := conformanceModuleDir(t, root)
+	for _, name := range []string{"kitten", "nautilus"} {
+		derived("webserver", "registry.k8s.io/e2e-test-images/"+name+":1.8",
+			map[string]string{filepath.Join(kubernetes, "test", "images", name, "html"): "html"}, "", "AGNHOST="+conformanceAgnhost)
+	}
+	derived("nonroot", "registry.k8s.io/e2e-test-images/nonroot:1.5", nil, "", "AGNHOST="+conformanceAgnhost)
+	derived("glibc-dns-testing", "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
+		map[string]string{coredns: "coredns"}, "", "AGNHOST="+conformanceAgnhost)
+	return archives
+}
+
+// conformanceAliases are the suite's images made as another of its images
+// (images/k8s-e2e/README.md): the first name of each pair is given the
+// second too.
+var conformanceAliases = [][2]string{
+	{conformanceAgnhost, "registry.k8s.io/e2e-test-images/agnhost:2.55"},
+	{conformanceNginx, "registry.k8s.io/e2e-test-images/nginx:1.28.0-2"},
+}
+
+// conformanceModuleDir is the directory of the suite's Kubernetes module in
+// the module cache, where the kitten and nautilus pages are.
+func conformanceModuleDir(t *testing.T, root string) string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-mod=readonly", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes")
+	cmd.Dir = filepath.Join(root, "test", "k8s", "conformance")
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		t.Fatalf("the suite's module k8s.io/kubernetes is not in the module cache (%v): make conformance-build downloads it", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// conformanceCoreDNS is the cluster's CoreDNS (make cluster-build), which
+// the DNS-testing image carries: in NODEINIT_CLUSTER_BIN, which make
+// conformance sets.
+func conformanceCoreDNS(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("NODEINIT_CLUSTER_BIN")
+	if dir == "" {
+		t.Fatal("NODEINIT_CLUSTER_BIN does not name the cluster's build (make cluster-build); make conformance sets it")
+	}
+	return filepath.Join(dir, "coredns")
 }
 
 // conformanceBuild builds the image tag from the Dockerfile def and the
 // context ctxDir and saves it as a docker-archive at archive.
-func (c *cluster) conformanceBuild(t *testing.T, def, ctxDir, archive, tag string, buildArgs ...string) {
+func conformanceBuild(t *testing.T, p *podman, def, ctxDir, archive, tag string, buildArgs ...string) {
 	t.Helper()
 	text, err := os.ReadFile(def)
 	must(t, err)
 	start := time.Now()
-	must(t, c.podman.build(tag, string(text), ctxDir, buildArgs...))
+	must(t, p.build(tag, string(text), ctxDir, buildArgs...))
 	tmp := archive + ".partial"
 	_ = os.Remove(tmp)
-	if _, err := c.podman.run(5*time.Minute, "save", "--format", "docker-archive", "-o", tmp, tag); err != nil {
+	if _, err := p.run(5*time.Minute, "save", "--format", "docker-archive", "-o", tmp, tag); err != nil {
 		t.Fatal(err)
 	}
 	must(t, os.Rename(tmp, archive))
 	t.Logf("%s built from %s in %v", tag, def, time.Since(start).Round(100*time.Millisecond))
 }
 
-// conformanceKey is a short hash of files' contents and more strings, to
-// name an image archive after what it is made of.
+// conformanceKey is a short hash of files' contents and more strings (a
+// directory's name counts as a string), to name an image archive after
+// what it is made of.
 func conformanceKey(t *testing.T, inputs ...string) string {
 	t.Helper()
 	h := sha256.New()
 	for _, in := range inputs {
-		if f, err := os.Open(in); err == nil {
+		if fileExists(in) {
+			f, err := os.Open(in)
+			must(t, err)
 			_, err = io.Copy(h, f)
 			f.Close()
 			must(t, err)
@@ -382,8 +597,9 @@ func fileExists(p string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// conformanceRun runs the suite with its output in log, bounded.
-func conformanceRun(e2e string, args []string, log string, timeout time.Duration) error {
+// conformanceRun runs the suite's command line with its output in log,
+// bounded.
+func conformanceRun(cmdline []string, log string, timeout time.Duration) error {
 	f, err := os.Create(log)
 	if err != nil {
 		return err
@@ -391,7 +607,7 @@ func conformanceRun(e2e string, args []string, log string, timeout time.Duration
 	defer f.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, e2e, args...)
+	cmd := exec.CommandContext(ctx, cmdline[0], cmdline[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.WaitDelay = 10 * time.Second
 	err = cmd.Run()

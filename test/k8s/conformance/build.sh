@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds Kubernetes' own end-to-end suite, e2e.test, and agnhost, the
-# program of the suite's test image, from the Go module proxy, into a cache
+# Builds Kubernetes' own end-to-end suite, e2e.test, agnhost, the program
+# of the suite's test image, and ginkgo, the command that runs the suite's
+# specs on several processes, from the Go module proxy, into a cache
 # directory outside the work tree, and prints the directory on the last
 # line; a cached build is reused.
 #
@@ -42,7 +43,7 @@ for pkg in "$stamp" "$client"; do
 done
 export GOTOOLCHAIN=local CGO_ENABLED=0
 goversion="$(go env GOVERSION)"
-key="$(printf '%s\n' "$version" "$goversion" "$ldflags" e2e.test agnhost "$(cat go.mod go.sum)" | sha256sum | cut -c1-12)"
+key="$(printf '%s\n' "$version" "$goversion" "$ldflags" e2e.test agnhost ginkgo "$(cat go.mod go.sum)" | sha256sum | cut -c1-12)"
 root="${1:-${NODEINIT_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodeinit/k8s}}"
 out="$root/conformance-$version-$goversion-$key"
 
@@ -63,6 +64,9 @@ t=$SECONDS
 echo "building agnhost $version with $goversion" >&2
 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/agnhost" k8s.io/kubernetes/test/images/agnhost
 echo "built agnhost in $((SECONDS - t)) s" >&2
+t=$SECONDS
+go build -mod=readonly -trimpath -ldflags "-s -w" -o "$out/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
+echo "built ginkgo in $((SECONDS - t)) s" >&2
 # What agnhost's image carries beside the program: the certificate and key
 # of its porter, from the same release.
 src="$(go list -mod=readonly -f '{{.Dir}}' k8s.io/kubernetes/test/images/agnhost)"

@@ -10,6 +10,8 @@
 package conformance
 
 import (
+	// The ginkgo command runs the suite's specs on several processes.
+	_ "github.com/onsi/ginkgo/v2/ginkgo"
 	_ "k8s.io/kubernetes/test/conformance/testdata"
 	_ "k8s.io/kubernetes/test/e2e"
 	_ "k8s.io/kubernetes/test/e2e/apimachinery"
