@@ -451,8 +451,7 @@ func conformanceImages(t *testing.T, suite string, p *podman, work, coredns stri
 
 	// busybox: Debian's busybox-static, a link for each applet.
 	busyboxDef := filepath.Join(root, "images", "busybox", "Dockerfile")
-	bb, err := exec.LookPath("busybox")
-	must(t, err)
+	bb := filepath.Join(conformanceBusyBox(t, root, filepath.Dir(suite)), "busybox")
 	busybox := filepath.Join(dir, "busybox-"+conformanceKey(t, busyboxDef, filepath.Join(filepath.Dir(busyboxDef), "passwd"),
 		filepath.Join(filepath.Dir(busyboxDef), "group"), bb)+".tar")
 	if !fileExists(busybox) {
@@ -515,9 +514,43 @@ func conformanceImages(t *testing.T, suite string, p *podman, work, coredns stri
 			map[string]string{filepath.Join(kubernetes, "test", "images", name, "html"): "html"}, "", "AGNHOST="+conformanceAgnhost)
 	}
 	derived("nonroot", "registry.k8s.io/e2e-test-images/nonroot:1.5", nil, "", "AGNHOST="+conformanceAgnhost)
+	if _, err := p.run(5*time.Minute, "load", "-i", busybox); err != nil {
+		t.Fatal(err)
+	}
+	derived("nonewprivs", "registry.k8s.io/e2e-test-images/nonewprivs:1.4",
+		map[string]string{conformanceNNP(t, root, work): "nnp"}, busybox, "BUSYBOX="+conformanceBusybox)
 	derived("glibc-dns-testing", "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
 		map[string]string{coredns: "coredns"}, "", "AGNHOST="+conformanceAgnhost)
 	return archives
+}
+
+// conformanceNNP builds the nonewprivs image's program, nnp, of the suite's
+// release (k8s.io/kubernetes/test/images/nonewprivs) into work.
+func conformanceNNP(t *testing.T, root, work string) string {
+	t.Helper()
+	out := filepath.Join(work, "nnp")
+	cmd := exec.Command("go", "build", "-mod=readonly", "-trimpath", "-o", out, "k8s.io/kubernetes/test/images/nonewprivs")
+	cmd.Dir = filepath.Join(root, "test", "k8s", "conformance")
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build nnp: %v\n%s", err, b)
+	}
+	return out
+}
+
+// conformanceBusyBox is the directory of BusyBox built from its upstream
+// source (images/busybox/build.sh, once per machine, in cacheDir).
+func conformanceBusyBox(t *testing.T, root, cacheDir string) string {
+	t.Helper()
+	script := filepath.Join(root, "images", "busybox", "build.sh")
+	cmd := exec.Command(script, cacheDir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v", script, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
 }
 
 // conformanceAliases are the suite's images made as another of its images
