@@ -130,7 +130,7 @@ func (c *Cluster) Leftovers(before *HostState) []string {
 		}
 	}
 	for _, l := range now.Links {
-		if !slices.Contains(before.Links, l) {
+		if !slices.Contains(before.Links, l) && !c.othersLink(l) {
 			left = append(left, "network device "+l)
 		}
 	}
@@ -147,6 +147,16 @@ func (c *Cluster) Leftovers(before *HostState) []string {
 	}
 	sort.Strings(left)
 	return left
+}
+
+// othersLink is whether a network device is another cluster's: its
+// bridge, or a container's end of a pair on that bridge.
+func (c *Cluster) othersLink(name string) bool {
+	if strings.HasPrefix(name, "nic-") && name != c.Bridge() {
+		return true
+	}
+	master, err := os.Readlink(filepath.Join("/sys/class/net", name, "master"))
+	return err == nil && filepath.Base(master) != c.Bridge()
 }
 
 func containsAny(s string, subs []string) bool {

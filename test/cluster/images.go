@@ -167,7 +167,8 @@ func (c *Cluster) buildSystemdNodeImage(ctx string) error {
 	}
 	for _, f := range []string{"systemd-node/Dockerfile", "systemd-node/kubelet.service", "systemd-node/kube-proxy.service",
 		"systemd-node/kubelet.slice", "systemd-node/10-kubeadm.conf", "systemd-node-runtime/containerd.service",
-		"systemd-node-runtime/kubelet-node.conf", "systemd-node-runtime/kube-proxy-node.conf", "systemd-node-runtime/entrypoint"} {
+		"systemd-node-runtime/kubelet-node.conf", "systemd-node-runtime/kube-proxy-node.conf", "systemd-node-runtime/entrypoint",
+		"systemd-node-runtime/system.conf"} {
 		if err := linkOrCopy(filepath.Join(c.Repo, "images", f), filepath.Join(ctx, "images", f)); err != nil {
 			return err
 		}
