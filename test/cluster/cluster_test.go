@@ -323,10 +323,12 @@ func TestCluster(t *testing.T) {
 		if strings.TrimSpace(id) != strings.TrimSpace(id2) || len(strings.TrimSpace(id)) != 32 {
 			t.Errorf("node %s's machine-id was %q, is %q after its restart", node, id, id2)
 		}
+		// The DaemonSet counts the node's pod available until its new
+		// kubelet reports the pod's new sandbox: wait for the pod itself.
 		must(t, kubectl(c, 3*time.Minute, "rollout", "status", "daemonset/probe", "--timeout=180s"))
-		if got := len(podsOf(t, c, "app=probe")); got != len(c.NodeNames) {
-			t.Errorf("%d DaemonSet pods after the node's restart; want %d", got, len(c.NodeNames))
-		}
+		testenv.WaitFor(t, 2*time.Minute, fmt.Sprintf("a DaemonSet pod on each of the %d nodes after the node's restart", len(c.NodeNames)), func() bool {
+			return len(podsOf(t, c, "app=probe")) == len(c.NodeNames)
+		})
 	})
 
 	t.Run("DeletedWithNothingLeft", func(t *testing.T) {
