@@ -8,6 +8,11 @@
 
 NODES   ?= 3
 NAME    ?= nodeinit
+# The nodes' PID 1: nodeinit, or systemd (kind's model, the baseline).
+FLAVOR  ?= nodeinit
+# Empty: the command's default, 172.30.40.0/24. Two clusters at once need
+# two subnets.
+SUBNET  ?=
 # Empty: the command's default, /var/lib/nodeinit-cluster/NAME.
 CLUSTER_DIR ?=
 E2E_CLUSTER_TIMEOUT ?= 20m
@@ -21,9 +26,10 @@ cluster-build: ## flanneld, the flannel CNI plugin and coredns from the Go modul
 $(BIN)/pause: test/k8s/pause/main.go
 	$(GO) build -trimpath -o $@ ./test/k8s/pause
 
-cluster: build $(BIN)/pause ## a cluster of NODES (3) nodeinit nodes with flannel and CoreDNS; prints how to use kubectl with it (root)
+cluster: build $(BIN)/pause ## a cluster of NODES (3) nodes (FLAVOR=nodeinit or systemd) with flannel and CoreDNS; prints how to use kubectl with it (root)
 	@bin=$$(test/k8s/build/build.sh | tail -n 1) && net=$$(test/cluster/build/build.sh | tail -n 1) && \
-	  $(GO) run ./test/cluster/cmd/cluster create --name=$(NAME) --nodes=$(NODES) $(if $(CLUSTER_DIR),--dir=$(CLUSTER_DIR)) \
+	  $(GO) run ./test/cluster/cmd/cluster create --name=$(NAME) --nodes=$(NODES) --flavor=$(FLAVOR) \
+	    $(if $(SUBNET),--subnet=$(SUBNET)) $(if $(CLUSTER_DIR),--dir=$(CLUSTER_DIR)) \
 	    --k8s-bin=$$bin --net-bin=$$net --nodeinit=$(BIN)/nodeinit --pause=$(BIN)/pause
 
 cluster-down: ## take the cluster NAME (nodeinit) down: containers, network, volumes, cgroups, its directory (root)

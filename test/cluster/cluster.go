@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,7 +58,22 @@ type Config struct {
 	Pause string `json:"pause"`
 	// BaseCache is where the node image's Debian root is kept once made.
 	BaseCache string `json:"baseCache"`
+	// Flavor is what supervises each node's containerd, kubelet and
+	// kube-proxy: FlavorNodeinit (the default) or FlavorSystemd.
+	Flavor string `json:"flavor"`
 }
+
+// The node flavors. Both have the same containerd 2 and configuration,
+// kubelet and kube-proxy with the same flags, volumes and kubeconfigs;
+// the supervisor alone differs.
+const (
+	// FlavorNodeinit nodes are images/node-runtime: nodeinit as PID 1.
+	FlavorNodeinit = "nodeinit"
+	// FlavorSystemd nodes are images/systemd-node-runtime, kind's model:
+	// systemd as PID 1 with containerd, the kubelet and kube-proxy as
+	// units.
+	FlavorSystemd = "systemd"
+)
 
 // containerd2 is the containerd release of the Kubernetes build's cache.
 const containerd2 = "containerd-v2.4.2"
@@ -90,6 +107,45 @@ type Times struct {
 	AllReady     time.Duration            `json:"allReady"`
 	Addons       time.Duration            `json:"addons"` // flannel on every node and CoreDNS available, from Create's start
 	Total        time.Duration            `json:"total"`
+}
+
+// Bridge is the name of the cluster network's bridge on the host. podman
+// numbers the bridges (podman1, podman2, ...) by what its store and the
+// host have at the time, and each cluster has a store of its own: a
+// cluster whose bridge is not up yet, or has gone down, leaves its number
+// to the next cluster, and the deletion of either would take the other's
+// bridge. A name of the cluster's own (15 characters at most) cannot be
+// taken.
+func (c *Cluster) Bridge() string {
+	if b := "nic-" + c.Name; len(b) <= 15 {
+		return b
+	}
+	sum := sha256.Sum256([]byte(c.Name))
+	return "nic-" + hex.EncodeToString(sum[:])[:11]
+}
+
+// createNetwork creates the cluster's podman network with its bridge
+// named Bridge. podman 4.3 has no --interface-name: the name is set in
+// the network's file in the store, which podman reads at each command,
+// before any container has made the bridge.
+func (c *Cluster) createNetwork() error {
+	if _, err := c.podman.run(time.Minute, "network", "create", "--disable-dns", "--subnet", c.Subnet, "--gateway", c.Gateway, c.Name); err != nil {
+		return err
+	}
+	file := filepath.Join(c.podman.dir, "networks", c.Name+".json")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var network map[string]any
+	if err := json.Unmarshal(b, &network); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	network["network_interface"] = c.Bridge()
+	if b, err = json.MarshalIndent(network, "", "     "); err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o644)
 }
 
 // APIServer is the API server's URL.
@@ -152,6 +208,9 @@ func Open(dir string, logf func(string, ...any)) (*Cluster, error) {
 	if err := json.Unmarshal(b, c); err != nil {
 		return nil, fmt.Errorf("%s: %w", statePath(dir), err)
 	}
+	if c.Flavor == "" {
+		c.Flavor = FlavorNodeinit
+	}
 	if c.podman, err = newPodman(filepath.Join(dir, "podman")); err != nil {
 		return nil, err
 	}
@@ -171,6 +230,12 @@ func Create(cfg Config, logf func(string, ...any)) (*Cluster, error) {
 	if cfg.Subnet == "" {
 		cfg.Subnet = DefaultSubnet
 	}
+	if cfg.Flavor == "" {
+		cfg.Flavor = FlavorNodeinit
+	}
+	if cfg.Flavor != FlavorNodeinit && cfg.Flavor != FlavorSystemd {
+		return nil, fmt.Errorf("flavor %q: want %s or %s", cfg.Flavor, FlavorNodeinit, FlavorSystemd)
+	}
 	c := &Cluster{Config: cfg, logf: logf, Times: Times{NodeReady: map[string]time.Duration{}}}
 	if err := c.addresses(); err != nil {
 		return nil, err
@@ -188,6 +253,15 @@ func Create(cfg Config, logf func(string, ...any)) (*Cluster, error) {
 	if c.Host, err = ReadHost(); err != nil {
 		return nil, err
 	}
+	c.machineSettings(c.otherClusters())
+	if err := c.register(); err != nil {
+		return nil, err
+	}
+	if c.Flavor == FlavorSystemd {
+		if err := raiseInotifyLimits(); err != nil {
+			return nil, fmt.Errorf("raise the inotify limits: %w", err)
+		}
+	}
 	if c.podman, err = newPodman(filepath.Join(c.Dir, "podman")); err != nil {
 		return nil, err
 	}
@@ -204,7 +278,7 @@ func Create(cfg Config, logf func(string, ...any)) (*Cluster, error) {
 	if err := c.writePKI(); err != nil {
 		return c, err
 	}
-	if _, err := c.podman.run(time.Minute, "network", "create", "--disable-dns", "--subnet", c.Subnet, "--gateway", c.Gateway, c.Name); err != nil {
+	if err := c.createNetwork(); err != nil {
 		return c, err
 	}
 	t = time.Now()
@@ -292,6 +366,7 @@ func (c *Cluster) checkInputs() error {
 		filepath.Join(c.NetBin, "flanneld"), filepath.Join(c.NetBin, "flannel"), filepath.Join(c.NetBin, "install-conf"),
 		filepath.Join(c.NetBin, "coredns"), c.NodeInit, c.Pause, "/usr/bin/etcd", "/bin/busybox",
 		filepath.Join(c.Repo, "images/node-runtime/Dockerfile"),
+		filepath.Join(c.Repo, "images/systemd-node-runtime/Dockerfile"),
 	} {
 		if _, err := os.Stat(p); err != nil {
 			missing = append(missing, p)

@@ -70,6 +70,9 @@ func (c *Cluster) writePKI() error {
 			"kubelet.yaml":    []byte(c.kubeletConfig(n)),
 			"ca.crt":          p.caPEM,
 		}
+		if c.Flavor == FlavorSystemd {
+			files["kube-proxy.env"] = []byte(kubeProxyEnv())
+		}
 		for name, data := range files {
 			f := filepath.Join(c.nodeDir(n), name)
 			if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {

@@ -56,6 +56,7 @@ func (c *Cluster) Delete() []error {
 	add(unmountUnder(c.Dir))
 	add(os.RemoveAll(c.Dir))
 	errs = append(errs, c.putBack()...)
+	add(c.unregister())
 	return errs
 }
 

@@ -7,7 +7,10 @@
 // the cluster's own; flannel (vxlan) is the pod network, deployed as a
 // DaemonSet, and CoreDNS the cluster's DNS, as a Deployment behind the
 // kube-dns Service. Every image is built on the machine (nothing is pulled)
-// and loaded into each node's containerd.
+// and loaded into each node's containerd. The systemd flavor
+// (Config.Flavor) is kind's model, the baseline: the same nodes with
+// systemd as PID 1 supervising containerd, the kubelet and kube-proxy as
+// units (images/systemd-node-runtime).
 //
 // Everything the cluster makes lives in its directory (a podman store, the
 // certificates and kubeconfigs, the images' archives) or is named after it

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -92,7 +94,13 @@ func clusterCgroups(name string) []string {
 		}
 	}
 	for _, r := range roots {
-		matches, _ := filepath.Glob(filepath.Join(r, cgroupPrefix+name+"*"))
+		if name != "" {
+			if _, err := os.Stat(filepath.Join(r, cgroupPrefix+name)); err == nil {
+				dirs = append(dirs, filepath.Join(r, cgroupPrefix+name))
+			}
+			continue
+		}
+		matches, _ := filepath.Glob(filepath.Join(r, cgroupPrefix+"*"))
 		dirs = append(dirs, matches...)
 	}
 	return dirs
@@ -122,7 +130,7 @@ func (c *Cluster) Leftovers(before *HostState) []string {
 		}
 	}
 	for _, l := range now.Links {
-		if !slices.Contains(before.Links, l) {
+		if !slices.Contains(before.Links, l) && !c.othersLink(l) {
 			left = append(left, "network device "+l)
 		}
 	}
@@ -139,6 +147,16 @@ func (c *Cluster) Leftovers(before *HostState) []string {
 	}
 	sort.Strings(left)
 	return left
+}
+
+// othersLink is whether a network device is another cluster's: its
+// bridge, or a container's end of a pair on that bridge.
+func (c *Cluster) othersLink(name string) bool {
+	if strings.HasPrefix(name, "nic-") && name != c.Bridge() {
+		return true
+	}
+	master, err := os.Readlink(filepath.Join("/sys/class/net", name, "master"))
+	return err == nil && filepath.Base(master) != c.Bridge()
 }
 
 func containsAny(s string, subs []string) bool {
@@ -174,10 +192,114 @@ func (c *Cluster) processes() []string {
 	return out
 }
 
-// putBack restores the kernel settings a node or podman's network changed.
+// runningDir is where the clusters that run on the machine are listed,
+// a file each, named after the cluster and holding its directory: Create
+// adds the cluster's, Delete removes it. It is on /run, which a reboot
+// empties as it resets the kernel settings.
+const runningDir = "/run/nodeinit-cluster"
+
+// register lists the cluster as running on the machine.
+func (c *Cluster) register() error {
+	if err := os.MkdirAll(runningDir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(runningDir, c.Name), []byte(c.Dir+"\n"), 0o644)
+}
+
+// unregister takes the cluster off the list, and the list's directory
+// with the last cluster.
+func (c *Cluster) unregister() error {
+	if err := os.Remove(filepath.Join(runningDir, c.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	_ = os.Remove(runningDir)
+	return nil
+}
+
+// otherClusters are the other clusters on the machine, by name, with
+// their directory where it is known: the listed ones whose directory
+// still holds them and, on a cgroup v1 host, every cluster whose top
+// cgroup is there, listed or not.
+func (c *Cluster) otherClusters() map[string]string {
+	others := map[string]string{}
+	entries, _ := os.ReadDir(runningDir)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(runningDir, e.Name()))
+		dir := strings.TrimSpace(string(b))
+		if err != nil || e.Name() == c.Name || dir == c.Dir {
+			continue
+		}
+		if _, err := os.Stat(statePath(dir)); err == nil {
+			others[e.Name()] = dir
+		}
+	}
+	for _, d := range clusterCgroups("") {
+		if name := strings.TrimPrefix(filepath.Base(d), cgroupPrefix); name != c.Name {
+			if _, ok := others[name]; !ok {
+				others[name] = ""
+			}
+		}
+	}
+	return others
+}
+
+// machineSettings are the kernel settings the machine had before the
+// first of the clusters that run now: Create takes them from another
+// running cluster's record where there is one, so that the last cluster
+// deleted puts back what was there before any.
+func (c *Cluster) machineSettings(others map[string]string) {
+	for _, dir := range others {
+		if dir == "" {
+			continue
+		}
+		b, err := os.ReadFile(statePath(dir))
+		var o Cluster
+		if err == nil && json.Unmarshal(b, &o) == nil && o.Host != nil && len(o.Host.Sysctls) > 0 {
+			c.Host.Sysctls = o.Host.Sysctls
+			return
+		}
+	}
+}
+
+// inotifyNeeds are the inotify limits a node needs (kind's known issues:
+// one node's containers use up max_user_instances=128), as nodeinit's
+// --raise-inotify-limits raises them (restrict/checks.go).
+var inotifyNeeds = map[string]int{"fs/inotify/max_user_instances": 512, "fs/inotify/max_user_watches": 524288}
+
+// raiseInotifyLimits raises the machine's inotify limits to what a node
+// needs where they are lower, as the nodeinit flavor's nodes do
+// themselves: a systemd node does not. Delete puts them back.
+func raiseInotifyLimits() error {
+	for s, need := range inotifyNeeds {
+		b, err := os.ReadFile("/proc/sys/" + s)
+		if err != nil {
+			return err
+		}
+		if have, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && have >= need {
+			continue
+		}
+		if err := os.WriteFile("/proc/sys/"+s, []byte(strconv.Itoa(need)), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putBack restores the kernel settings the nodes or podman's network
+// changed, unless another cluster still runs: they are machine-wide, and
+// its nodes use them.
 func (c *Cluster) putBack() []error {
 	var errs []error
 	if c.Host == nil {
+		return nil
+	}
+	if others := c.otherClusters(); len(others) > 0 {
+		names := make([]string, 0, len(others))
+		for n := range others {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		c.logf("the kernel settings are left as they are: cluster %s still runs", strings.Join(names, ", "))
 		return nil
 	}
 	for s, v := range c.Host.Sysctls {

@@ -36,7 +36,7 @@ var BasePackages = []string{"runc", "containernetworking-plugins", "iptables", "
 // buildImages builds every image into the cluster's store and saves the
 // ones the nodes load.
 func (c *Cluster) buildImages() error {
-	base, err := c.debianRoot()
+	base, err := c.debianRoot(BasePackages)
 	if err != nil {
 		return err
 	}
@@ -72,6 +72,11 @@ func (c *Cluster) buildImages() error {
 	}
 	if err := c.podman.build(NodeImage, string(dockerfile), ctx, "BASE="+baseImage); err != nil {
 		return err
+	}
+	if c.Flavor == FlavorSystemd {
+		if err := c.buildSystemdNodeImage(ctx); err != nil {
+			return err
+		}
 	}
 
 	// busybox-static and a link for each of its applets: a shell, httpd,
@@ -120,11 +125,11 @@ func (c *Cluster) archive(image string) string {
 	return filepath.Join(c.archiveDir(), strings.NewReplacer("/", "_", ":", "_").Replace(image)+".tar")
 }
 
-// debianRoot is a Debian bookworm minbase root with BasePackages, made by
+// debianRoot is a Debian bookworm minbase root with packages, made by
 // mmdebstrap from the distribution's packages (nothing is pulled from a
 // registry) once per machine and package list, and kept in BaseCache.
-func (c *Cluster) debianRoot() (string, error) {
-	sum := sha256.Sum256([]byte("bookworm minbase " + strings.Join(BasePackages, ",")))
+func (c *Cluster) debianRoot(packages []string) (string, error) {
+	sum := sha256.Sum256([]byte("bookworm minbase " + strings.Join(packages, ",")))
 	tarball := filepath.Join(c.BaseCache, "node-runtime-base-bookworm-"+hex.EncodeToString(sum[:6])+".tar")
 	if _, err := os.Stat(tarball); err == nil {
 		return tarball, nil
@@ -135,15 +140,59 @@ func (c *Cluster) debianRoot() (string, error) {
 	start := time.Now()
 	tmp := tarball + ".partial"
 	if _, err := run(15*time.Minute, "mmdebstrap", "--quiet", "--variant=minbase", "--format=tar",
-		"--include="+strings.Join(BasePackages, ","), "bookworm", tmp); err != nil {
+		"--include="+strings.Join(packages, ","), "bookworm", tmp); err != nil {
 		os.Remove(tmp)
 		return "", fmt.Errorf("make the node image's Debian root: %w", err)
 	}
 	if err := os.Rename(tmp, tarball); err != nil {
 		return "", err
 	}
-	c.logf("the node image's Debian root (%s) made with mmdebstrap in %v: %s", strings.Join(BasePackages, " "), time.Since(start).Round(time.Second), tarball)
+	c.logf("the node image's Debian root (%s) made with mmdebstrap in %v: %s", strings.Join(packages, " "), time.Since(start).Round(time.Second), tarball)
 	return tarball, nil
+}
+
+// buildSystemdNodeImage builds the systemd flavor's node image from the
+// build context ctx, which holds the binaries: images/systemd-node on a
+// Debian root with SystemdPackages, then images/systemd-node-runtime on
+// it. systemd reads the units as it will at boot: a misspelt key or a
+// missing program fails the build here, where at boot it would only be a
+// warning in the node's journal.
+func (c *Cluster) buildSystemdNodeImage(ctx string) error {
+	root, err := c.debianRoot(SystemdPackages)
+	if err != nil {
+		return err
+	}
+	if _, err := c.podman.run(10*time.Minute, "import", root, systemdRootImage); err != nil {
+		return err
+	}
+	for _, f := range []string{"systemd-node/Dockerfile", "systemd-node/kubelet.service", "systemd-node/kube-proxy.service",
+		"systemd-node/kubelet.slice", "systemd-node/10-kubeadm.conf", "systemd-node-runtime/containerd.service",
+		"systemd-node-runtime/kubelet-node.conf", "systemd-node-runtime/kube-proxy-node.conf", "systemd-node-runtime/entrypoint",
+		"systemd-node-runtime/system.conf"} {
+		if err := linkOrCopy(filepath.Join(c.Repo, "images", f), filepath.Join(ctx, "images", f)); err != nil {
+			return err
+		}
+	}
+	for _, b := range []struct{ tag, dockerfile, base string }{
+		{systemdBaseImage, "images/systemd-node/Dockerfile", systemdRootImage},
+		{SystemdNodeImage, "images/systemd-node-runtime/Dockerfile", systemdBaseImage},
+	} {
+		dockerfile, err := os.ReadFile(filepath.Join(c.Repo, b.dockerfile))
+		if err != nil {
+			return err
+		}
+		if err := c.podman.build(b.tag, string(dockerfile), ctx, "BASE="+b.base); err != nil {
+			return err
+		}
+	}
+	// systemd-analyze warns on stderr and exits 0: its output is the
+	// verdict.
+	out, err := c.podman.run(time.Minute, "run", "--rm", "--network=none", "--entrypoint", "/bin/sh", SystemdNodeImage, "-c",
+		"cd /etc/systemd/system && systemd-analyze verify --man=no containerd.service kubelet.service kube-proxy.service kubelet.slice 2>&1")
+	if err != nil || strings.TrimSpace(out) != "" {
+		return fmt.Errorf("systemd-analyze verify of the systemd node's units: %v %s", err, out)
+	}
+	return nil
 }
 
 // loadImages imports every image archive into a node's containerd, in the

@@ -117,3 +117,168 @@ func TestNodeImageConfig(t *testing.T) {
 		t.Errorf("containerd.toml does not pin the sandbox image %s with the cgroupfs driver", PauseImage)
 	}
 }
+
+// TestNodeRunArgs checks each flavor's podman run line: the same network,
+// address, volumes and cgroup for both; on a cgroup v1 host the nodeinit
+// node gets the host's /sys/fs/cgroup and the systemd node podman's own
+// with the host's hierarchies over it; only nodeinit's image gets
+// nodeinit's flags.
+func TestNodeRunArgs(t *testing.T) {
+	for _, flavor := range []string{FlavorNodeinit, FlavorSystemd} {
+		t.Run(flavor, func(t *testing.T) {
+			cl := &Cluster{Config: Config{Name: "test", Nodes: 2, Subnet: DefaultSubnet, Dir: "/clusters/test", Flavor: flavor}}
+			if err := cl.addresses(); err != nil {
+				t.Fatal(err)
+			}
+			args := cl.NodeRunArgs(1)
+			line := " " + strings.Join(args, " ") + " "
+			for _, want := range []string{" --name test-worker2 ", " --hostname test-worker2 ", " --network test ", " --ip 172.30.40.12 ",
+				" --privileged ", " --stop-timeout 60 ", " -v test-worker2-var:/var ", " -v /clusters/test/nodes/test-worker2:/etc/kubernetes:ro "} {
+				if !strings.Contains(line, want) {
+					t.Errorf("the run line lacks %q:\n%s", want, line)
+				}
+			}
+			hostCgroup := slices.Contains(args, "/sys/fs/cgroup:/sys/fs/cgroup")
+			if cgroupV1() {
+				if !slices.Contains(args, "--cgroupns=host") || !slices.Contains(args, "--cgroup-parent=/nodeinit-cluster-test/test-worker2") {
+					t.Errorf("on a cgroup v1 host a node runs in the host's cgroup namespace below its own cgroup:\n%s", line)
+				}
+				if hostCgroup != (flavor == FlavorNodeinit) {
+					t.Errorf("the host's /sys/fs/cgroup is mounted: %v; want it for nodeinit's node alone:\n%s", hostCgroup, line)
+				}
+			} else if !slices.Contains(args, "--cgroupns=private") || hostCgroup {
+				t.Errorf("on a cgroup v2 host a node has a private cgroup namespace and no cgroup mount:\n%s", line)
+			}
+			if flavor == FlavorNodeinit {
+				if i := slices.Index(args, NodeImage); i < 0 || !slices.Contains(args[i:], "--raise-inotify-limits") {
+					t.Errorf("nodeinit's node runs %s with --raise-inotify-limits:\n%s", NodeImage, line)
+				}
+				return
+			}
+			if args[len(args)-1] != SystemdNodeImage || !strings.Contains(line, " -e container=podman ") {
+				t.Errorf("systemd's node runs %s, last, with container=podman:\n%s", SystemdNodeImage, line)
+			}
+			if cgroupV1() {
+				for _, h := range hostCgroupHierarchies() {
+					if !slices.Contains(args, h+":"+h) {
+						t.Errorf("the host's hierarchy %s is not mounted into systemd's node:\n%s", h, line)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSystemdNodeCommandLines reads the systemd node's units as systemd
+// does (the unit, then its drop-ins in order, ExecStart= emptied and set
+// again, $VAR split at white space) and checks that containerd, the
+// kubelet and kube-proxy get the command lines the nodeinit node's
+// nodeinit gives them: the flavors differ in their supervisor alone.
+func TestSystemdNodeCommandLines(t *testing.T) {
+	root := testenv.ModuleRoot(t)
+	cl := &Cluster{Config: Config{Name: "test", Nodes: 1, Subnet: DefaultSubnet}}
+	if err := cl.addresses(); err != nil {
+		t.Fatal(err)
+	}
+	args := cl.NodeRunArgs(0)
+	flags := args[slices.Index(args, NodeImage)+1:]
+	conf := filepath.Join(root, "images", "node-runtime", "config.yaml")
+	out, err := exec.Command(testenv.Build(t, "./cmd/nodeinit"), append([]string{"--config=" + conf, "--write-flags"}, flags...)...).Output()
+	if err != nil {
+		t.Fatalf("nodeinit --write-flags %v: %v", flags, err)
+	}
+	nodeinit := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(nodeinit) != 3 {
+		t.Fatalf("nodeinit --write-flags: want the kubelet's, kube-proxy's and containerd's lines:\n%s", out)
+	}
+	env := filepath.Join(t.TempDir(), "kube-proxy.env")
+	if err := os.WriteFile(env, []byte(kubeProxyEnv()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	units := map[string][]string{
+		"kubelet":    {"systemd-node/kubelet.service", "systemd-node/10-kubeadm.conf", "systemd-node-runtime/kubelet-node.conf"},
+		"kube-proxy": {"systemd-node/kube-proxy.service", "systemd-node-runtime/kube-proxy-node.conf"},
+		"containerd": {"systemd-node-runtime/containerd.service"},
+	}
+	files := map[string]string{"/etc/kubernetes/kube-proxy.env": env}
+	for i, name := range []string{"kubelet", "kube-proxy", "containerd"} {
+		var paths []string
+		for _, u := range units[name] {
+			paths = append(paths, filepath.Join(root, "images", u))
+		}
+		got := unitCommand(t, files, paths...)
+		want := strings.Fields(nodeinit[i])
+		if name == "containerd" {
+			// containerd's default configuration is the file nodeinit names.
+			want = slices.DeleteFunc(want, func(w string) bool { return w == "--config" || w == "/etc/containerd/config.toml" })
+		}
+		slices.Sort(got[1:])
+		slices.Sort(want[1:])
+		if !slices.Equal(got, want) {
+			t.Errorf("systemd's node runs %s as\n  %s\nnodeinit's as\n  %s", name, strings.Join(got, " "), strings.Join(want, " "))
+		}
+	}
+}
+
+// unitCommand is the command line systemd runs for a service whose unit
+// file and drop-ins are paths, in order: the last ExecStart= after its
+// last emptying, with Environment= and the EnvironmentFile= files (by
+// their path in the node, found in files) expanded, $VAR split at white
+// space as systemd splits it.
+func unitCommand(t *testing.T, files map[string]string, paths ...string) []string {
+	t.Helper()
+	env := map[string]string{}
+	var exec string
+	assign := func(kv string) {
+		if k, v, ok := strings.Cut(strings.Trim(kv, `"`), "="); ok {
+			env[k] = strings.Trim(v, `"`)
+		}
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		section := ""
+		for l := range strings.SplitSeq(string(b), "\n") {
+			l = strings.TrimSpace(l)
+			if strings.HasPrefix(l, "[") {
+				section = l
+			}
+			k, v, ok := strings.Cut(l, "=")
+			if !ok || section != "[Service]" {
+				continue
+			}
+			switch k {
+			case "Environment":
+				assign(v)
+			case "EnvironmentFile":
+				f, ok := files[strings.TrimPrefix(v, "-")]
+				if !ok {
+					continue // a file the node does not have: optional (-) in the units
+				}
+				b, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for kv := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+					assign(kv)
+				}
+			case "ExecStart":
+				exec = v
+			}
+		}
+	}
+	var words []string
+	for _, w := range strings.Fields(exec) {
+		if strings.HasPrefix(w, "$") {
+			words = append(words, strings.Fields(env[strings.TrimPrefix(w, "$")])...)
+		} else {
+			words = append(words, w)
+		}
+	}
+	if len(words) == 0 {
+		t.Fatalf("no ExecStart in %v", paths)
+	}
+	return words
+}

@@ -16,30 +16,63 @@ import (
 //   - a volume on /var: containerd's root (overlayfs cannot stack on the
 //     container's overlay), the kubelet's directory, the node's
 //     machine-id; tmpfs on /run and /tmp, as kind has them;
-//   - its /etc/kubernetes: kubeconfigs, the kubelet's configuration, the CA;
-//   - on a cgroup v1 host the host's hierarchies (podman's --cgroupns=host
-//     there) with the container below a cgroup of the node's own, which
-//     its kubelet's cgroupRoot names; on a v2 host a private cgroup
-//     namespace (kind's way), where nodeinit moves itself to /init and the
-//     kubelet has the namespace's root;
-//   - nodeinit's flags after the image: kube-proxy's cluster CIDR, and the
-//     host's inotify limits raised to what a node needs (several kubelets
-//     and containerds exhaust the default 128 instances); Delete puts them
-//     back.
+//   - its /etc/kubernetes: kubeconfigs, the kubelet's configuration, the CA
+//     (and for the systemd flavor kube-proxy's flags);
+//   - on a cgroup v1 host the host's cgroup namespace, the container below
+//     a cgroup of the node's own, which its kubelet's cgroupRoot names, and
+//     the host's hierarchies (nodeCgroupMounts); on a v2 host a private
+//     cgroup namespace (kind's way), where nodeinit moves itself to /init,
+//     systemd to /init.scope, and the kubelet has the namespace's root;
+//   - for the nodeinit flavor, nodeinit's flags after the image:
+//     kube-proxy's cluster CIDR, and the host's inotify limits raised to
+//     what a node needs (several kubelets and containerds exhaust the
+//     default 128 instances). The systemd flavor gets kube-proxy's flags
+//     in its /etc/kubernetes (kubeProxyEnv), and Create raises the limits
+//     itself. Delete puts them back.
 func (c *Cluster) NodeRunArgs(i int) []string {
 	n := c.NodeNames[i]
 	args := []string{"-d", "--name", n, "--hostname", n, "--network", c.Name, "--ip", c.NodeIPs[i],
 		"--privileged", "--stop-timeout", strconv.Itoa(stopTimeout),
 		"--tmpfs", "/run", "--tmpfs", "/tmp", "-v", n + "-var:/var", "-v", c.nodeDir(n) + ":/etc/kubernetes:ro"}
+	if c.Flavor == FlavorSystemd {
+		args = append(args, "-e", "container=podman")
+	}
 	if cgroupV1() {
-		args = append(args, "--cgroupns=host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup", "--cgroup-parent="+c.nodeCgroup(n))
+		args = append(append(args, "--cgroupns=host", "--cgroup-parent="+c.nodeCgroup(n)), c.nodeCgroupMounts()...)
 	} else {
 		args = append(args, "--cgroupns=private")
 	}
 	if _, err := os.Stat("/lib/modules"); err == nil {
 		args = append(args, "-v", "/lib/modules:/lib/modules:ro")
 	}
+	if c.Flavor == FlavorSystemd {
+		return append(args, SystemdNodeImage)
+	}
 	return append(args, NodeImage, "--proxy-arg=--cluster-cidr="+PodCIDR, "--raise-inotify-limits")
+}
+
+// nodeCgroupMounts are a node's cgroup mounts on a cgroup v1 host. A
+// nodeinit node has the host's /sys/fs/cgroup. systemd as PID 1 must not
+// have it: it remounts that tmpfs read-only, for the host too, and mounts
+// the v1 controllers the host has not mounted, for the whole machine
+// (systemdCgroupArgs). Nor podman's own, which binds the container's
+// cgroup as each hierarchy's root: the pods' cgroups are the node's
+// (below its cgroup, beside the container's), and runc in the node looks
+// for them from the container's cgroup, where they are not. A systemd
+// node has a tmpfs of its own on /sys/fs/cgroup with each of the host's
+// hierarchies mounted in it, whole: its containerd and kubelet find the
+// pods' cgroups at the paths /proc/PID/cgroup names, as a nodeinit
+// node's do, and systemd finds its own cgroup in every hierarchy and
+// stays below it.
+func (c *Cluster) nodeCgroupMounts() []string {
+	if c.Flavor != FlavorSystemd {
+		return []string{"-v", "/sys/fs/cgroup:/sys/fs/cgroup"}
+	}
+	args := []string{"--tmpfs", "/sys/fs/cgroup"}
+	for _, h := range hostCgroupHierarchies() {
+		args = append(args, "-v", h+":"+h)
+	}
+	return append(args, systemdCgroupArgs()...)
 }
 
 // concurrentLoads is how many nodes load their images at once. Each load

@@ -1,11 +1,13 @@
 // Command cluster brings up a cluster of nodeinit nodes on this machine,
 // and takes it down (docs/cluster.md):
 //
-//	cluster create [--name=nodeinit] [--nodes=3] [--dir=DIR] --k8s-bin=DIR --net-bin=DIR --nodeinit=FILE --pause=FILE
+//	cluster create [--name=nodeinit] [--nodes=3] [--flavor=nodeinit|systemd] [--subnet=172.30.40.0/24] [--dir=DIR] --k8s-bin=DIR --net-bin=DIR --nodeinit=FILE --pause=FILE
 //	cluster delete [--name=nodeinit] [--dir=DIR]
 //	cluster load [--name=nodeinit] [--dir=DIR] ARCHIVE...
 //
-// make cluster and make cluster-down run it with the builds' directories;
+// --flavor=systemd makes kind's model instead: systemd as each node's PID 1,
+// supervising containerd, the kubelet and kube-proxy as units. make
+// cluster and make cluster-down run it with the builds' directories;
 // load imports image archives (podman save, docker save) into every
 // node's containerd, as make cluster-load does.
 package main
@@ -41,6 +43,7 @@ func run(args []string) error {
 	var cfg cluster.Config
 	fs.IntVar(&cfg.Nodes, "nodes", 3, "how many nodes")
 	fs.StringVar(&cfg.Subnet, "subnet", cluster.DefaultSubnet, "the podman network's IPv4 subnet")
+	fs.StringVar(&cfg.Flavor, "flavor", cluster.FlavorNodeinit, "the nodes' PID 1: nodeinit, or systemd (kind's model)")
 	fs.StringVar(&cfg.K8sBin, "k8s-bin", "", "the Kubernetes binaries (test/k8s/build/build.sh)")
 	fs.StringVar(&cfg.NetBin, "net-bin", "", "flanneld, the flannel CNI plugin and coredns (test/cluster/build/build.sh)")
 	fs.StringVar(&cfg.NodeInit, "nodeinit", "bin/nodeinit", "a static nodeinit")
@@ -108,13 +111,13 @@ func run(args []string) error {
 		return err
 	}
 	fmt.Printf(`
-Cluster %s is up: %d nodes Ready (%s), the first %v and all %v after the start.
+Cluster %s is up: %d %s nodes Ready (%s), the first %v and all %v after the start.
   export KUBECONFIG=%s
   %s get nodes -o wide
 The nodes are podman containers in the cluster's own store:
   CONTAINERS_CONF=%s/podman/containers.conf CONTAINERS_STORAGE_CONF=%s/podman/storage.conf podman ps
 Take it down: make cluster-down NAME=%s
-`, c.Name, len(c.NodeNames), strings.Join(c.NodeNames, ", "), c.Times.FirstReady.Round(100*time.Millisecond),
+`, c.Name, len(c.NodeNames), c.Flavor, strings.Join(c.NodeNames, ", "), c.Times.FirstReady.Round(100*time.Millisecond),
 		c.Times.AllReady.Round(100*time.Millisecond), c.Kubeconfig(), filepath.Join(c.K8sBin, "kubectl"), c.Dir, c.Dir, c.Name)
 	return nil
 }
