@@ -42,3 +42,20 @@ conformance: ## Kubernetes' e2e suite on a nodeinit node or CONFORMANCE_CLUSTER'
 	  NODEINIT_CONFORMANCE_PROCS=$(CONFORMANCE_PROCS) $(if $(CONFORMANCE_CLUSTER),NODEINIT_CONFORMANCE_CLUSTER=$(abspath $(CONFORMANCE_CLUSTER))) \
 	  $(if $(CONFORMANCE_FOCUS),NODEINIT_CONFORMANCE_FOCUS='$(CONFORMANCE_FOCUS)',NODEINIT_CONFORMANCE_SPECS=$(abspath $(CONFORMANCE_SPECS))) \
 	  $(GO) test -tags k8s -count=1 -json -timeout $(CONFORMANCE_GO_TIMEOUT) -run '^TestConformance$$' ./test/k8s | $(FAILURES)
+
+# CI's run of the fixed set: on a cluster of three nodeinit nodes of its
+# own (make cluster's code, on a subnet of its own), where the cluster DNS
+# answers and a host-exec pod's /proc/1 is the node's nodeinit, taken down
+# after the run whatever its outcome.
+CONFORMANCE_CI_NAME   ?= conformance
+CONFORMANCE_CI_SUBNET ?= 172.30.48.0/24
+
+.PHONY: e2e-conformance
+
+e2e-conformance: build $(BIN)/pause ## the fixed set (CONFORMANCE_SPECS) on three nodeinit nodes of a cluster of its own, brought up and taken down (root; ≈ 10 min)
+	@bin=$$(nice test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && net=$$(nice test/cluster/build/build.sh | tail -n 1) && \
+	  nice test/k8s/conformance/build.sh $(K8S_CACHE) >/dev/null && \
+	  { $(GO) run ./test/cluster/cmd/cluster create --name=$(CONFORMANCE_CI_NAME) --nodes=3 --subnet=$(CONFORMANCE_CI_SUBNET) \
+	      --k8s-bin=$$bin --net-bin=$$net --nodeinit=$(BIN)/nodeinit --pause=$(BIN)/pause && \
+	    $(MAKE) --no-print-directory conformance CONFORMANCE_CLUSTER=/var/lib/nodeinit-cluster/$(CONFORMANCE_CI_NAME) CONFORMANCE_PROCS=2; \
+	    rc=$$?; $(GO) run ./test/cluster/cmd/cluster delete --name=$(CONFORMANCE_CI_NAME) || rc=1; exit $$rc; }
