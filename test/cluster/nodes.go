@@ -55,7 +55,7 @@ func (c *Cluster) NodeRunArgs(i int) []string {
 // nodeinit node has the host's /sys/fs/cgroup. systemd as PID 1 must not
 // have it: it remounts that tmpfs read-only, for the host too, and mounts
 // the v1 controllers the host has not mounted, for the whole machine
-// (systemdCgroupArgs). Nor podman's own, which binds the container's
+// (SystemdCgroupArgs). Nor podman's own, which binds the container's
 // cgroup as each hierarchy's root: the pods' cgroups are the node's
 // (below its cgroup, beside the container's), and runc in the node looks
 // for them from the container's cgroup, where they are not. A systemd
@@ -72,7 +72,7 @@ func (c *Cluster) nodeCgroupMounts() []string {
 	for _, h := range hostCgroupHierarchies() {
 		args = append(args, "-v", h+":"+h)
 	}
-	return append(args, systemdCgroupArgs()...)
+	return append(args, SystemdCgroupArgs()...)
 }
 
 // concurrentLoads is how many nodes load their images at once. Each load

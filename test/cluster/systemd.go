@@ -57,10 +57,10 @@ func hostCgroupHierarchies() []string {
 	return dirs
 }
 
-// systemdCgroupArgs keep systemd, as PID 1 of a privileged container, off
-// the host's cgroup hierarchies. This is a copy of the function of the
-// same name in test/k8s/systemd_bench_test.go, which found it; change
-// both. What systemd does on a cgroup v1 host that is not systemd's
+// SystemdCgroupArgs keep systemd, as PID 1 of a privileged container, off
+// the host's cgroup hierarchies: the podman run arguments of a systemd node
+// container on a cgroup v1 host, this cluster's and make bench-k8s's
+// (test/k8s). What systemd does on a cgroup v1 host that is not systemd's
 // (name=systemd and cgroup2 at unified, no systemd; podman 4.3, runc):
 //   - in a private cgroup namespace (kind's --cgroupns=private), podman
 //     mounts the name=systemd hierarchy at its root, not at the
@@ -79,7 +79,7 @@ func hostCgroupHierarchies() []string {
 // hierarchy, runc put it there, and stays below it), podman's own
 // /sys/fs/cgroup, and an empty tmpfs where systemd would mount a
 // controller the host has not mounted: it takes that for mounted.
-func systemdCgroupArgs() []string {
+func SystemdCgroupArgs() []string {
 	mounted := map[string]bool{}
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for l := range strings.SplitSeq(string(b), "\n") {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	nodecluster "github.com/nodeinit/nodeinit/test/cluster"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
@@ -146,7 +147,7 @@ func (c *cluster) benchContainers(t *testing.T, w io.Writer, rounds int) {
 	c.buildNodeImage(t)
 	c.buildSystemdNodeImage(t)
 	flags := c.imageFlags(t)
-	t.Logf("systemd's node runs with %q", systemdCgroupArgs())
+	t.Logf("systemd's node runs with %q", nodecluster.SystemdCgroupArgs())
 	t.Logf("nodeinit's node image runs %q and %q", flags.kubelet, flags.proxy)
 	runs := map[string][]containerRun{}
 	began := time.Now()
@@ -225,7 +226,7 @@ func (c *cluster) imageFlags(t *testing.T) nodeFlags {
 // nodeinit's node has the host's /sys/fs/cgroup, as its README runs it.
 // The systemd node has what kind gives its nodes (tmpfs /run and /tmp,
 // container=podman) and what systemd needs on a cgroup v1 host that is not
-// systemd's (systemdCgroupArgs).
+// systemd's (nodecluster.SystemdCgroupArgs).
 func (c *cluster) benchPodmanArgs(dir, who string) []string {
 	cd := c.containerd.dir
 	args := []string{"--name", benchContainerName, "--privileged", "--network=host", "--cgroupns=host",
@@ -236,60 +237,7 @@ func (c *cluster) benchPodmanArgs(dir, who string) []string {
 	}
 	args = append(args, "--tmpfs", "/tmp", "--tmpfs", "/run", "-e", "container=podman",
 		"-v", filepath.Join(dir, "kube-proxy.env")+":/etc/default/kube-proxy:ro")
-	return append(args, systemdCgroupArgs()...)
-}
-
-// systemdCgroupArgs keep systemd, as PID 1 of a privileged container, off
-// the host's cgroup hierarchies. What it does on this host (cgroup v1 with
-// name=systemd and cgroup2 at unified, no systemd; podman 4.3, runc),
-// seen there:
-//   - in a private cgroup namespace (kind's --cgroupns=private), podman
-//     mounts the name=systemd hierarchy at its root, not at the
-//     container's cgroup, and systemd made its init.scope, system.slice
-//     and kubelet.slice at the root of the host's hierarchy;
-//   - given the host's /sys/fs/cgroup (-v), systemd remounted that tmpfs
-//     read-only, for the host too (a remount changes the one superblock),
-//     and made directories in it;
-//   - it mounts every v1 controller the kernel has where it is not
-//     mounted (here perf_event, net_cls,net_prio and hugetlb; it tries
-//     cpu,cpuacct too, which the host mounts apart): that creates the
-//     hierarchies for the whole machine, and what ran meanwhile made
-//     cgroups in them (/kubepods) that kept them alive after the node.
-//
-// So: the host's cgroup namespace (systemd finds its own cgroup in every
-// hierarchy, runc put it there, and stays below it), podman's own
-// /sys/fs/cgroup (no -v), and an empty tmpfs where systemd would mount a
-// controller the host has not mounted: it takes that for mounted.
-func systemdCgroupArgs() []string {
-	mounted := map[string]bool{}
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], "/sys/fs/cgroup/") {
-				mounted[strings.TrimPrefix(f[4], "/sys/fs/cgroup/")] = true
-			}
-		}
-	}
-	// systemd mounts cpu with cpuacct and net_cls with net_prio.
-	joined := map[string]string{"cpu": "cpu,cpuacct", "cpuacct": "cpu,cpuacct", "net_cls": "net_cls,net_prio", "net_prio": "net_cls,net_prio"}
-	var args []string
-	seen := map[string]bool{}
-	if b, err := os.ReadFile("/proc/cgroups"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			f := strings.Fields(l)
-			if len(f) != 4 || strings.HasPrefix(f[0], "#") || f[3] != "1" {
-				continue
-			}
-			where := f[0]
-			if j, ok := joined[where]; ok {
-				where = j
-			}
-			if !mounted[where] && !seen[where] {
-				seen[where] = true
-				args = append(args, "--tmpfs", "/sys/fs/cgroup/"+where)
-			}
-		}
-	}
-	return args
+	return append(args, nodecluster.SystemdCgroupArgs()...)
 }
 
 // nodeinitImageArgs are the arguments after nodeinit's image name: the
