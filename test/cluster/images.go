@@ -195,18 +195,27 @@ func (c *Cluster) buildSystemdNodeImage(ctx string) error {
 	return nil
 }
 
-// loadImages imports every image archive into a node's containerd, in the
-// k8s.io namespace the CRI uses.
+// loadImages imports the cluster's own images into a node's containerd.
 func (c *Cluster) loadImages(node string) error {
-	for _, image := range loadedImages {
-		f, err := os.Open(c.archive(image))
+	archives := make([]string, len(loadedImages))
+	for i, image := range loadedImages {
+		archives[i] = c.archive(image)
+	}
+	return c.importInto(node, archives)
+}
+
+// importInto imports image archives into a node's containerd, in the
+// k8s.io namespace the CRI uses.
+func (c *Cluster) importInto(node string, archives []string) error {
+	for _, a := range archives {
+		f, err := os.Open(a)
 		if err != nil {
 			return err
 		}
 		_, err = c.podman.runIn(5*time.Minute, f, "exec", "-i", node, "ctr", "--namespace=k8s.io", "images", "import", "-")
 		f.Close()
 		if err != nil {
-			return fmt.Errorf("load %s into %s: %w", image, node, err)
+			return fmt.Errorf("load %s into %s: %w", a, node, err)
 		}
 	}
 	return nil
@@ -228,20 +237,7 @@ func linkOrCopy(from, to string) error {
 // node's containerd, concurrentLoads nodes at a time: images of a user's
 // own, or the e2e suite's.
 func (c *Cluster) LoadArchives(archives ...string) error {
-	return c.eachNode(func(node string) error {
-		for _, a := range archives {
-			f, err := os.Open(a)
-			if err != nil {
-				return err
-			}
-			_, err = c.podman.runIn(5*time.Minute, f, "exec", "-i", node, "ctr", "--namespace=k8s.io", "images", "import", "-")
-			f.Close()
-			if err != nil {
-				return fmt.Errorf("load %s into %s: %w", a, node, err)
-			}
-		}
-		return nil
-	})
+	return c.eachNode(func(node string) error { return c.importInto(node, archives) })
 }
 
 // TagImage gives the image from a second name, to, in every node's
