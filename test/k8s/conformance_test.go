@@ -58,15 +58,15 @@ var conformanceAgnhostPackages = []string{"bind9-dnsutils", "curl", "netcat-open
 //	NODEINIT_CONFORMANCE_REPORT  where junit_01.xml (one for each pass), results.md and e2e*.log go
 //	NODEINIT_CONFORMANCE_TIMEOUT the suite's own bound (default 30m)
 //
-// Without NODEINIT_CONFORMANCE_BIN it does not run: make e2e-k8s leaves the
-// suite to make conformance. Any spec that fails fails the test; so does a
+// Without NODEINIT_CONFORMANCE_BIN it skips, and fails in CI; make e2e-k8s
+// leaves it out by name. Any spec that fails fails the test; so does a
 // spec of the file that did not run or was skipped, since the file is the
 // fixed set a run must cover.
 func TestConformance(t *testing.T) {
+	// make e2e-k8s leaves this test out by name; what runs it names the
+	// suite's build.
 	suite := os.Getenv("NODEINIT_CONFORMANCE_BIN")
-	if suite == "" {
-		t.Skip("the e2e suite runs with make conformance (NODEINIT_CONFORMANCE_BIN names its build)")
-	}
+	testenv.Require(t, suite != "", "the e2e suite's build in NODEINIT_CONFORMANCE_BIN (make conformance sets it)")
 	specsFile, focus := os.Getenv("NODEINIT_CONFORMANCE_SPECS"), os.Getenv("NODEINIT_CONFORMANCE_FOCUS")
 	var specs []string
 	switch {
@@ -155,14 +155,7 @@ func TestConformance(t *testing.T) {
 			t.Fatalf("the suite wrote no report (%v; it ended with %v); the end of %s:\n%s", err, runErr, log, conformanceTail(log, 40))
 		}
 		t.Logf("pass %q: %d specs reported in %v (%s)", pass.name, len(got), time.Since(passStart).Round(time.Second), conformanceExit(runErr))
-		if len(passes) > 1 {
-			// Each pass reports the other's specs as skipped by its label
-			// filter: only the pass that ran a spec speaks for it.
-			got = slices.DeleteFunc(got, func(tc conformanceCase) bool {
-				return tc.Status == "skipped" && conformanceFilteredOut(tc)
-			})
-		}
-		cases = append(cases, got...)
+		cases = append(cases, conformancePassCases(got, len(passes))...)
 		if runErr != nil {
 			runErrs = append(runErrs, fmt.Errorf("%s: %w", log, runErr))
 		}
@@ -549,15 +542,7 @@ func conformanceNNP(t *testing.T, root, work string) string {
 // source (images/busybox/build.sh, once per machine, in cacheDir).
 func conformanceBusyBox(t *testing.T, root, cacheDir string) string {
 	t.Helper()
-	script := filepath.Join(root, "images", "busybox", "build.sh")
-	cmd := exec.Command(script, cacheDir)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s: %v", script, err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1]
+	return scriptDir(t, filepath.Join(root, "images", "busybox", "build.sh"), cacheDir)
 }
 
 // conformanceAliases are the suite's images made as another of its images
@@ -762,6 +747,18 @@ func conformanceResults(cases []conformanceCase, specs []string) []conformanceRe
 	return out
 }
 
+// conformancePassCases are the cases of one of passes passes that speak
+// for their specs: with two, each pass reports the other's specs as
+// skipped by its label filter, and only the pass that ran a spec counts.
+func conformancePassCases(got []conformanceCase, passes int) []conformanceCase {
+	if passes == 1 {
+		return got
+	}
+	return slices.DeleteFunc(got, func(tc conformanceCase) bool {
+		return tc.Status == "skipped" && conformanceFilteredOut(tc)
+	})
+}
+
 // conformanceFilteredOut says whether ginkgo skipped the spec because the
 // focus left it out ("skipped"), not because the spec decided so ("skipped
 // - REASON").
@@ -868,6 +865,22 @@ func TestConformanceReport(t *testing.T) {
 	wantNames := []string{"passed [sig-a] X passes [NodeConformance] [sig-a, NodeConformance]", "failed [sig-a] X fails [sig-a]", "skipped [sig-a] X skips itself"}
 	if !slices.Equal(names, wantNames) {
 		t.Errorf("with a focus:\n got %q\nwant %q", names, wantNames)
+	}
+	// Two passes: the serial pass's report lists the parallel pass's specs
+	// as left out by its label filter; they count once, as they ran.
+	serial := conformancePassCases([]conformanceCase{
+		{Name: "[It] [sig-a] X fails [sig-a]", Status: "skipped", Skipped: &struct {
+			Message string `xml:"message,attr"`
+		}{"skipped"}},
+		{Name: "[It] [sig-a] X runs alone [Serial]", Status: "passed", Time: 2},
+	}, 2)
+	names = nil
+	for _, r := range conformanceResults(append(conformancePassCases(cases, 2), serial...), specs) {
+		names = append(names, r.status+" "+r.name)
+	}
+	wantNames = []string{"passed [sig-a] X passes [NodeConformance]", "failed [sig-a] X fails", "skipped [sig-a] X skips itself", "passed [sig-a] X runs alone [Serial]", "not run [sig-a] X was renamed"}
+	if !slices.Equal(names, wantNames) {
+		t.Errorf("two passes:\n got %q\nwant %q", names, wantNames)
 	}
 	if f := conformanceFocus(specs[:2]); !regexp.MustCompile(f).MatchString("e2e.go:12 [sig-a] X fails") || regexp.MustCompile(f).MatchString("[sig-a] X fails badly") {
 		t.Errorf("focus %q selects the wrong specs", f)

@@ -117,7 +117,13 @@ func buildDir(t *testing.T, env string, args ...string) string {
 	if dir := os.Getenv(env); dir != "" {
 		return dir
 	}
-	script := filepath.Join(testenv.ModuleRoot(t), "test", "k8s", "build", "build.sh")
+	return scriptDir(t, filepath.Join(testenv.ModuleRoot(t), "test", "k8s", "build", "build.sh"), args...)
+}
+
+// scriptDir runs a build script of the project's, which prints the
+// directory of its build on its last line, building it the first time.
+func scriptDir(t *testing.T, script string, args ...string) string {
+	t.Helper()
 	cmd := exec.Command(script, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
