@@ -45,6 +45,8 @@ type Lock struct {
 type Logind struct {
 	t     testing.TB
 	conn  *dbus.Conn
+	stop  sync.Once
+	done  chan struct{} // closed by Stop, which ends serve
 	delay time.Duration
 
 	mu        sync.Mutex
@@ -64,7 +66,7 @@ func NewLogind(t testing.TB, address string, delay time.Duration) *Logind {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &Logind{t: t, conn: conn, delay: delay, changed: make(chan struct{})}
+	l := &Logind{t: t, conn: conn, delay: delay, done: make(chan struct{}), changed: make(chan struct{})}
 	t.Cleanup(l.Stop)
 	// Serving before it owns the name, as logind does: a client that sees
 	// the new owner finds its objects there.
@@ -86,7 +88,21 @@ func NewLogind(t testing.TB, address string, delay time.Duration) *Logind {
 
 // Stop leaves the bus, as logind does when it stops; the locks stay held
 // by whoever holds them.
-func (l *Logind) Stop() { l.conn.Close() }
+//
+// The eavesdropping channel is taken back from the connection before it
+// closes: godbus's Close closes that channel but leaves it set, and its
+// reader goroutine, still handing over a message it had read, then sends
+// on the closed channel and panics. After Eavesdrop(nil) the reader sends
+// nothing more; serve ends on done. (When the bus drops the connection,
+// godbus's reader closes the channel itself, from its own goroutine, and
+// serve ends there.)
+func (l *Logind) Stop() {
+	l.stop.Do(func() {
+		l.conn.Eavesdrop(nil)
+		l.conn.Close()
+		close(l.done)
+	})
+}
 
 // PrepareForShutdown emits the signal and returns when it was sent.
 func (l *Logind) PrepareForShutdown(start bool) time.Time {
@@ -212,7 +228,16 @@ func (l *Logind) notify() {
 // be closed here once the reply is out, as logind closes its copy of the
 // write end.
 func (l *Logind) serve(in <-chan *dbus.Message, acquired chan<- struct{}) {
-	for m := range in {
+	for {
+		var m *dbus.Message
+		select {
+		case m = <-in:
+		case <-l.done:
+			return
+		}
+		if m == nil { // closed by godbus: the bus dropped the connection
+			return
+		}
 		if m.Type == dbus.TypeSignal && len(m.Body) == 1 && m.Body[0] == "org.freedesktop.login1" {
 			if member, _ := m.Headers[dbus.FieldMember].Value().(string); member == "NameAcquired" {
 				close(acquired)
