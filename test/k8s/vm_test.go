@@ -231,9 +231,17 @@ func (v *vm) waitRunning() {
 	start := time.Now()
 	state, err := v.sshTimeout(vmBootTimeout, "systemctl is-system-running --wait")
 	state = strings.TrimSpace(state)
-	if state != "running" {
-		failed, _ := v.sshTimeout(time.Minute, "systemctl --failed --no-legend --plain")
-		t.Errorf("the guest's systemd is %q (%v) after boot; failed units:\n%s", state, err, failed)
+	if state == "" {
+		t.Errorf("the guest's systemd state after boot is unknown: %v", err)
+	} else if state != "running" {
+		// Each failed unit with the end of its journal, the first lines of
+		// the failure, so a run that ends here says which unit and why.
+		units, _ := v.sshTimeout(time.Minute, "systemctl --failed --no-legend --plain | cut -d' ' -f1")
+		units = strings.Join(strings.Fields(units), " ")
+		// The names come back from systemctl itself, never through a shell
+		// word, which would eat the \x2d of an escaped unit name.
+		journal, _ := v.sshTimeout(time.Minute, `systemctl --failed --no-legend --plain | cut -d' ' -f1 | while read -r u; do echo "--- $u:"; journalctl -b -u "$u" -n 15 --no-pager -o short-monotonic; done`)
+		t.Errorf("the guest's systemd is %q after boot, not running; failed units: %s\n%s", state, units, journal)
 	}
 	t.Logf("guest systemd %s %v after ssh answered (%v after qemu started)", state, time.Since(start).Round(time.Second), (v.booted + time.Since(start)).Round(time.Second))
 }

@@ -170,7 +170,7 @@ func (h *hostNode) use(t *testing.T, w *guestWatcher) func() {
 // back.
 func (c *cluster) startGuestHostNode(t *testing.T, v *vm) *hostNode {
 	t.Helper()
-	files := c.writeGuestNodeFiles(t, v, vmKubeletConfig+kubeletShutdown)
+	files := c.writeGuestNodeFiles(t, v, vmKubeletConfig+kubeletShutdown, staticPod)
 	k := &kubeNode{t: t, c: c, dir: files, started: time.Now()}
 	h := &hostNode{t: t, c: c, k: k, guest: v}
 	k.created = append(k.created, daemonSets+"/nodeinit-node", "/api/v1/namespaces/kube-system/pods?labelSelector="+url.QueryEscape(daemonSetPod))

@@ -40,7 +40,7 @@ func startGuestDocker(t *testing.T, v *vm) {
 // drains the node and starts a new kubelet), and docker stop drains the
 // node (the pod's preStop hook runs) and the container exits 0.
 func (c *cluster) checkGuestDockerNode(t *testing.T, v *vm) {
-	k := c.runGuestNodeIn(t, v, "docker", vmKubeletConfig+kubeletShutdown, nil, "--graceful-node-shutdown")
+	k := c.runGuestNodeIn(t, v, "docker", vmKubeletConfig+kubeletShutdown, staticPod, nil, "--graceful-node-shutdown")
 	n, took := k.waitGuestReady(5 * time.Minute)
 	t.Logf("Node %s Ready %v after docker run (kubelet %s)", n.Metadata.Name, took.Round(100*time.Millisecond), n.Status.NodeInfo.KubeletVersion)
 	inspect := strings.Fields(v.ssh("docker inspect --format '{{.Id}} {{.State.Pid}}' " + guestNodeName))
@@ -194,7 +194,7 @@ func (c *cluster) checkGuestMesosTask(t *testing.T, v *vm) {
 	app := readMarathonNode(t)
 	config := strings.NewReplacer("cgroupDriver: systemd", "cgroupDriver: cgroupfs",
 		"unix:///run/containerd/containerd.sock", "unix://"+guestPodsSocket).Replace(vmKubeletConfig) + kubeletShutdown
-	files := c.writeGuestNodeFiles(t, v, config)
+	files := c.writeGuestNodeFiles(t, v, config, staticPod)
 
 	const agentID, frameworkID = "4b3c2d1e-0000-4000-8000-000000000001-S0", "4b3c2d1e-0000-4000-8000-000000000002-0000"
 	containerID := "6f1e2d3c-0000-4b5a-9c8d-7e6f5a4b3c2d"

@@ -40,6 +40,10 @@ spec:
     lifecycle: {preStop: {exec: {command: [sh, -c, "echo '<2>` + hostDrainMarker + `' > /dev/kmsg"]}}}
 `
 
+// staticPodEndingOnTerm is staticPod with a container that ends on TERM.
+var staticPodEndingOnTerm = strings.Replace(staticPod, `command: [sleep, "1000000"]`,
+	`command: [sh, -c, 'trap "exit 0" TERM; while :; do sleep 1; done']`, 1)
+
 // guestPowerDown is the kernel's last line on the console before qemu
 // exits (-no-reboot and no -no-shutdown: a powered-off guest ends qemu).
 const guestPowerDown = "reboot: Power down"
@@ -86,7 +90,16 @@ func (c *cluster) checkHostShutdown(t *testing.T, share, stores string, drain bo
 	if oldest != "" {
 		engineFlags = oldestBinaries()
 	}
-	k := c.runGuestNodeIn(t, v, "podman", vmKubeletConfig+kubeletShutdown, engineFlags, flags...)
+	// Without the drain the guest's systemd stops the pods' scopes itself,
+	// with TERM: the static pod's sleep, PID 1 of its container, ignores
+	// it and would hold the power-down for systemd's stop timeout (90 s).
+	// All this case shows is that no drain came first; its static pod ends
+	// on TERM.
+	static := staticPod
+	if !drain {
+		static = staticPodEndingOnTerm
+	}
+	k := c.runGuestNodeIn(t, v, "podman", vmKubeletConfig+kubeletShutdown, static, engineFlags, flags...)
 	// nodeinit's output after the power-off: podman logs -f in a unit of
 	// the guest's own, into the shared folder, as it comes.
 	hostLog := filepath.Join(k.dir, "node.log")
@@ -366,5 +379,13 @@ func TestHostDrainProblems(t *testing.T) {
 		if p := hostDrainProblems(strings.Join(c.log, "\n")); len(p) != c.want {
 			t.Errorf("%q: problems %q; want %d", c.log, p, c.want)
 		}
+	}
+}
+
+// TestStaticPodEndingOnTerm: the host's shutdown without the drain runs a
+// static pod whose container ends on TERM, not staticPod's sleep.
+func TestStaticPodEndingOnTerm(t *testing.T) {
+	if staticPodEndingOnTerm == staticPod || !strings.Contains(staticPodEndingOnTerm, `trap "exit 0" TERM`) {
+		t.Errorf("the static pod of the host's shutdown without the drain does not end on TERM:\n%s", staticPodEndingOnTerm)
 	}
 }

@@ -51,7 +51,7 @@ systemctl start %[6]s`, guestNodeCPUs, guestNodesSlice, int64(limitMemory), gues
 			t.Errorf("removing the node's slices: %s %v", out, err)
 		}
 	})
-	k := c.runGuestNodeIn(t, v, "podman", vmKubeletConfig, []string{"--cgroup-parent=" + guestNodeSlice},
+	k := c.runGuestNodeIn(t, v, "podman", vmKubeletConfig, staticPod, []string{"--cgroup-parent=" + guestNodeSlice},
 		"--cgroup-parent="+guestNodeCgroup, "--require-cgroup")
 	n, took := k.waitGuestReady(5 * time.Minute)
 	t.Logf("Node Ready %v after podman run", took.Round(100*time.Millisecond))

@@ -20,7 +20,8 @@ import (
 
 // vmKubeletConfig is the kubelet's configuration on the modern host, as a
 // node's own would be there: the systemd cgroup driver (containerd's
-// SystemdCgroup = true), containerd's default socket, the static pods in
+// SystemdCgroup = true, which containerd 2 also tells the kubelet over the
+// CRI), containerd's default socket, the static pods in
 // /etc/kubernetes/manifests; the kubelet makes its own serving certificate.
 // Thresholds as kubeletConfig's: the imported images cannot be pulled again.
 const vmKubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
@@ -67,9 +68,12 @@ func TestModernHost(t *testing.T) {
 	dir := t.TempDir()
 	share := filepath.Join(dir, "share")
 	start := time.Now()
-	c.fillShare(t, share)
-	t.Logf("shared folder filled (kubelet, kube-proxy, crictl, nodeinit, node image, pod images) in %v", time.Since(start).Round(100*time.Millisecond))
-	stores := imageStores(t, t.TempDir(), share)
+	c.fillShare(t, share, map[string]string{"node": nodeImage, "node-runtime": nodeRuntimeImage, "pause": pauseImage, "busybox": busyboxImage})
+	for _, b := range []string{"kubelet", "kube-proxy"} {
+		must(t, linkOrCopy(filepath.Join(releases(t)[1].bin, b), filepath.Join(share, guestOldestDir, b)))
+	}
+	t.Logf("shared folder filled (kubelet, kube-proxy and the oldest release's, crictl, containerd, nodeinit, node images, pod images) in %v", time.Since(start).Round(100*time.Millisecond))
+	stores := imageStores(t, t.TempDir(), share, []string{"node", "node-runtime"}, true)
 
 	// The cases that leave the guest as they found it share one guest; the
 	// host's shutdown powers its guest off, so each of its cases boots its own.
@@ -83,6 +87,12 @@ func TestModernHost(t *testing.T) {
 			static := k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 5*time.Minute)
 			t.Logf("static pod %s Running %v after podman run", static[0].Metadata.Name, time.Since(k.started).Round(100*time.Millisecond))
 			checkSystemdPod(t, v)
+			// containerd 2 tells the kubelet its driver over the CRI.
+			if l := grepLines(k.log(), "Using cgroup driver setting received from the CRI runtime"); !strings.Contains(l, `cgroupDriver="systemd"`) {
+				t.Errorf("the kubelet did not take the systemd cgroup driver from containerd over the CRI: %q", l)
+			} else {
+				t.Logf("kubelet: %s", testenv.Tail(l, 1))
+			}
 			// The kubelet's eviction manager and its image file system stats
 			// stat containerd's root, which the README's line mounts.
 			if log := k.log(); strings.Contains(log, `"Eviction manager: failed to synchronize"`) {
@@ -151,18 +161,24 @@ func oldestBinaries() []string {
 	return flags
 }
 
+// guestContainerdDir is where the shared folder holds containerd 2 (the
+// guest's containerd.service runs it from there, test/vm/guest), as the
+// guest sees it.
+const guestContainerdDir = guestShare + "/containerd"
+
 // fillShare puts what the guest needs into the shared folder: the kubelet,
-// kube-proxy and crictl (the oldest release's kubelet and kube-proxy too),
-// nodeinit, and the node, self-contained node, pause and busybox images
-// as archives (podman save), which imageStores loads into the guest's
-// stores and the Mesos case imports into a containerd of its own.
-func (c *cluster) fillShare(t *testing.T, share string) {
+// kube-proxy and crictl, containerd 2 (containerd, its runc shim, ctr), nodeinit, and images
+// (the node, self-contained node, pause and busybox images, say), by
+// archive name, as archives (podman save) in images/NAME.tar, which
+// imageStores loads into the guest's stores and the Mesos case imports
+// into a containerd of its own.
+func (c *cluster) fillShare(t *testing.T, share string, images map[string]string) {
 	t.Helper()
 	for _, b := range []string{"kubelet", "kube-proxy", "crictl"} {
 		must(t, linkOrCopy(filepath.Join(c.bin, b), filepath.Join(share, "k8s", b)))
 	}
-	for _, b := range []string{"kubelet", "kube-proxy"} {
-		must(t, linkOrCopy(filepath.Join(releases(t)[1].bin, b), filepath.Join(share, guestOldestDir, b)))
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+		must(t, linkOrCopy(filepath.Join(c.bin, "containerd-"+containerd2Version, b), filepath.Join(share, filepath.Base(guestContainerdDir), b)))
 	}
 	nodeinit := os.Getenv("NODEINIT_VM_NODEINIT")
 	if nodeinit == "" {
@@ -170,7 +186,7 @@ func (c *cluster) fillShare(t *testing.T, share string) {
 	}
 	must(t, linkOrCopy(nodeinit, filepath.Join(share, "nodeinit")))
 	must(t, os.MkdirAll(filepath.Join(share, "images"), 0o755))
-	for name, image := range map[string]string{"node": nodeImage, "node-runtime": nodeRuntimeImage, "pause": pauseImage, "busybox": busyboxImage} {
+	for name, image := range images {
 		if _, err := c.podman.run(10*time.Minute, "save", "--format", "docker-archive", "-o", filepath.Join(share, "images", name+".tar"), image); err != nil {
 			t.Fatal(err)
 		}
@@ -200,10 +216,18 @@ func checkModernFacts(t *testing.T, v *vm) {
 		t.Errorf("PID 1 is %q; want systemd", pid1)
 	}
 	sysd := strings.TrimSpace(v.ssh("systemctl --version | head -1"))
-	if !regexp.MustCompile(`(?m)^\s*SystemdCgroup = true$`).MatchString(v.ssh("containerd config dump")) {
+	// containerd.service runs containerd 2 from the shared folder.
+	if exe := strings.TrimSpace(v.ssh("readlink /proc/$(systemctl show -P MainPID containerd.service)/exe")); exe != guestContainerdDir+"/containerd" {
+		t.Errorf("containerd.service runs %q; want %s/containerd (containerd %s)", exe, guestContainerdDir, containerd2Version)
+	}
+	if !regexp.MustCompile(`(?m)^\s*SystemdCgroup = true$`).MatchString(v.ssh(guestContainerdDir + "/containerd config dump")) {
 		t.Errorf("containerd's configuration has no SystemdCgroup = true")
 	}
-	cd := strings.TrimSpace(v.ssh("containerd --version"))
+	cd := strings.TrimSpace(v.ssh(guestContainerdDir + "/containerd --version"))
+	// A build from the module proxy says its version without the v.
+	if !strings.Contains(cd, " "+strings.TrimPrefix(containerd2Version, "v")) {
+		t.Errorf("the guest's containerd is %q; want %s", cd, containerd2Version)
+	}
 	if swaps := strings.TrimSpace(v.ssh("swapon --show --noheadings")); swaps != "" {
 		t.Errorf("swap is on in the guest: %s", swaps)
 	}
@@ -237,7 +261,7 @@ func checkModernFacts(t *testing.T, v *vm) {
 // from the guest, and the node's API objects from the control plane.
 func (c *cluster) runGuestNode(t *testing.T, v *vm, kubeletConfig string, flags ...string) *kubeNode {
 	t.Helper()
-	return c.runGuestNodeIn(t, v, "podman", vmKubeletConfig+kubeletConfig, nil, flags...)
+	return c.runGuestNodeIn(t, v, "podman", vmKubeletConfig+kubeletConfig, staticPod, nil, flags...)
 }
 
 // readmeRun is the README's podman or docker run line of the node image,
@@ -250,11 +274,11 @@ func readmeRun(engine string) []string {
 }
 
 // runGuestNodeIn is runGuestNode in the guest's engine (podman or docker),
-// with the whole KubeletConfiguration kubeletConfig and more of the
-// engine's flags.
-func (c *cluster) runGuestNodeIn(t *testing.T, v *vm, engine, kubeletConfig string, engineFlags []string, flags ...string) *kubeNode {
+// with the whole KubeletConfiguration kubeletConfig, the static pod
+// manifest static, and more of the engine's flags.
+func (c *cluster) runGuestNodeIn(t *testing.T, v *vm, engine, kubeletConfig, static string, engineFlags []string, flags ...string) *kubeNode {
 	t.Helper()
-	files := c.writeGuestNodeFiles(t, v, kubeletConfig)
+	files := c.writeGuestNodeFiles(t, v, kubeletConfig, static)
 	run := append(append(append(readmeRun(engine), engineFlags...), nodeImage, "--make-rshared"), flags...)
 	k := &kubeNode{t: t, c: c, dir: files, started: time.Now()}
 	remove := engine + " rm --force " + guestNodeName
@@ -302,11 +326,11 @@ func guestContainer(k *kubeNode, v *vm, engine, name string) {
 }
 
 // writeGuestNodeFiles puts a node's files into the guest: its kubeconfigs,
-// CA and static pod as /etc/kubernetes, the KubeletConfiguration
+// CA and static pod (the manifest static) as /etc/kubernetes, the KubeletConfiguration
 // kubeletConfig as /var/lib/kubelet/config.yaml, where the image's
 // configuration looks, and the drain pod's directory. It returns their
 // directory in the shared folder, as this machine sees it.
-func (c *cluster) writeGuestNodeFiles(t *testing.T, v *vm, kubeletConfig string) string {
+func (c *cluster) writeGuestNodeFiles(t *testing.T, v *vm, kubeletConfig, static string) string {
 	t.Helper()
 	files := filepath.Join(v.share, "node-"+strings.NewReplacer(" ", "-", "/", "-").Replace(t.Name()))
 	name := filepath.Base(files)
@@ -318,7 +342,7 @@ func (c *cluster) writeGuestNodeFiles(t *testing.T, v *vm, kubeletConfig string)
 		"etc/kubelet.conf":          c.pki.kubeconfig(apiServer, kubelet),
 		"etc/kube-proxy.conf":       c.pki.kubeconfig(apiServer, proxy),
 		"etc/ca.crt":                c.pki.caPEM,
-		"etc/manifests/static.yaml": []byte(staticPod),
+		"etc/manifests/static.yaml": []byte(static),
 		"config.yaml":               []byte(kubeletConfig),
 	} {
 		p = filepath.Join(files, p)

@@ -80,7 +80,7 @@ const guestRuntimeCrictl = "podman exec " + guestRuntimeNodeName + " crictl --ru
 // 0, and leaves no process in the container's cgroup.
 func (c *cluster) checkGuestNodeRuntime(t *testing.T, v *vm) {
 	config := strings.NewReplacer("cgroupDriver: systemd\n", "", "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n", "").Replace(vmKubeletConfig)
-	files := c.writeGuestNodeFiles(t, v, config)
+	files := c.writeGuestNodeFiles(t, v, config, staticPod)
 	must(t, os.WriteFile(filepath.Join(files, "cni.conflist"), fmt.Appendf(nil, cniConfig, "/var/lib/cni/networks", bridgeName, podCIDR), 0o644))
 	k := &kubeNode{t: t, c: c, dir: files, started: time.Now()}
 	t.Cleanup(func() {

@@ -19,46 +19,61 @@ import (
 // and docker directories to the runtimes' roots before they start.
 const guestStoresLabel = "nodeinit-stores"
 
-// storesContainerdConfig is the containerd that fills the guest's store on
-// this machine: %[1]s is its root (the store), %[2]s the directory of its
-// state and socket. It only imports: no CRI plugin, no task.
-const storesContainerdConfig = `version = 2
+// storesContainerdConfig is the containerd 2 that fills the guest's store
+// on this machine, the guest's own (containerd2Config's format): %[1]s is
+// its root (the store), %[2]s the directory of its state and sockets. It
+// only imports: no CRI plugin, no task.
+const storesContainerdConfig = `version = 4
 root = "%[1]s"
 state = "%[2]s/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp"]
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime", "io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp"]
 
-[grpc]
+[plugins.'io.containerd.server.v1.grpc']
   address = "%[2]s/containerd.sock"
+
+[plugins.'io.containerd.server.v1.ttrpc']
+  address = "%[2]s/containerd.sock.ttrpc"
 `
 
 // imageStores makes, in dir, the disk with the guest's image stores and
-// returns its path. The guest's runtimes and this machine's are the same
-// Debian release's packages, so the stores are filled here, natively, as
-// the guest's runtimes would fill them from the shared folder's archives:
+// returns its path. The guest's runtimes and this machine's are the same:
+// containerd 2 from the shared folder, and Debian's podman and Docker, so
+// the stores are filled here, natively, as the guest's runtimes would fill
+// them from the shared folder's archives:
 // pause, busybox and the node image into containerd (namespace k8s.io,
-// unpacked for overlayfs: the kubelet's and the DaemonSet's), the node
-// image into podman's store (overlay) and into Docker's (overlay2).
-// mke2fs -d writes them into an ext4 image, which every guest of the suite
-// gets as a throw-away disk (snapshot=on), like its root. Under TCG the
-// guest itself took 6 to 10 minutes to load the same archives.
-func imageStores(t *testing.T, dir, share string) string {
+// unpacked for overlayfs: the kubelet's and the DaemonSet's), the images
+// of the archives podman names (images/NAME.tar) into podman's store
+// (overlay) and, with docker, the node image into Docker's (overlay2;
+// without it Docker's store is empty). mke2fs -d writes them into an ext4
+// image, which every guest of the suite gets as a throw-away disk
+// (snapshot=on), like its root. Under TCG the guest itself took 6 to 10
+// minutes to load the same archives.
+func imageStores(t *testing.T, dir, share string, podman []string, docker bool) string {
 	t.Helper()
 	testenv.RequireTool(t, "mke2fs")
 	stores := filepath.Join(dir, "stores")
 	images := filepath.Join(share, "images")
 	node := filepath.Join(images, "node.tar")
+	var podmanArchives []string
+	for _, name := range podman {
+		podmanArchives = append(podmanArchives, filepath.Join(images, name+".tar"))
+	}
 	for _, step := range []struct {
 		what, store string
 		fill        func(store string) error
 	}{
 		{"pause, busybox and the node image into containerd's store", "containerd", func(store string) error {
-			return fillContainerdStore(filepath.Join(dir, "containerd"), store,
+			return fillContainerdStore(filepath.Join(dir, "containerd"), filepath.Join(share, filepath.Base(guestContainerdDir)), store,
 				filepath.Join(images, "pause.tar"), filepath.Join(images, "busybox.tar"), node)
 		}},
-		{"the node image and the self-contained one into podman's store", "containers/storage", func(store string) error {
-			return fillPodmanStore(filepath.Join(dir, "podman"), store, node, filepath.Join(images, "node-runtime.tar"))
+		{fmt.Sprintf("%v into podman's store", podman), "containers/storage", func(store string) error {
+			return fillPodmanStore(filepath.Join(dir, "podman"), store, podmanArchives...)
 		}},
-		{"the node image into Docker's store", "docker", func(store string) error {
+		{map[bool]string{true: "the node image into Docker's store", false: "Docker's store, empty"}[docker], "docker", func(store string) error {
+			if !docker {
+				// The guest's fstab binds it: it must be there.
+				return os.MkdirAll(store, 0o700)
+			}
 			return fillDockerStore(t, store, node)
 		}},
 	} {
@@ -85,9 +100,9 @@ func imageStores(t *testing.T, dir, share string) string {
 	return disk
 }
 
-// fillContainerdStore imports archives into a containerd store, with a
-// containerd of its own whose state is in dir.
-func fillContainerdStore(dir, store string, archives ...string) error {
+// fillContainerdStore imports archives into a containerd store, with the
+// containerd and ctr in bin, run with its state in dir.
+func fillContainerdStore(dir, bin, store string, archives ...string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -95,11 +110,11 @@ func fillContainerdStore(dir, store string, archives ...string) error {
 	if err := os.WriteFile(conf, fmt.Appendf(nil, storesContainerdConfig, store, dir), 0o644); err != nil {
 		return err
 	}
-	s, err := startServer(dir, "containerd", "containerd", "--config", conf)
+	s, err := startServer(dir, "containerd", filepath.Join(bin, "containerd"), "--config", conf)
 	if err != nil {
 		return err
 	}
-	c := &containerd{server: s, dir: dir, ctr: "ctr"}
+	c := &containerd{server: s, dir: dir, ctr: filepath.Join(bin, "ctr")}
 	defer func() { _ = s.stop(30 * time.Second) }()
 	if err := c.waitServing(30 * time.Second); err != nil {
 		return err
