@@ -346,22 +346,7 @@ func (c *cluster) benchContainerNode(t *testing.T, who string, flags nodeFlags) 
 	time.Sleep(idleWindow)
 	after := containerProcesses(t, pid1)
 	r := containerRun{ready: ready}
-	var names []string
-	for _, p := range after {
-		if p.work {
-			continue
-		}
-		cpu := p.cpu
-		if q, ok := before[p.pid]; ok {
-			cpu -= q.cpu
-		}
-		r.pss += p.pss
-		r.cpu += cpu
-		names = append(names, fmt.Sprintf("%s %.1f MB (RssAnon %.1f, RssFile %.1f) %v CPU", p.name,
-			float64(p.pss)/1e6, float64(p.anon)/1e6, float64(p.file)/1e6, cpu.Round(time.Microsecond)))
-	}
-	slices.Sort(names)
-	r.supervisors = strings.Join(names, ", ")
+	r.supervision(before, after)
 
 	if who == systemdNode {
 		// Whether the kubelet took logind's delay lock, as it does on a
@@ -724,4 +709,26 @@ func writeContainers(w io.Writer, runs map[string][]containerRun, sizes map[stri
 	fmt.Fprintf(w, "| stop ≤ %.1f × with a drain systemd's node does not do | %.2f × (no drain) | %.2f × (drained %v; systemd's drained %v) | %s |\n",
 		stopTarget, ratio(nodeinitNode, stop), b, drained(drainingNode), drained(systemdNode),
 		verdict(b <= stopTarget && drained(drainingNode) && !drained(systemdNode)))
+}
+
+// supervision sums the container's processes other than the kubelet,
+// kube-proxy and their children into r: their PSS in after, and the CPU
+// they used between before and after, with each one named.
+func (r *containerRun) supervision(before, after map[int]containerProcess) {
+	var names []string
+	for _, p := range after {
+		if p.work {
+			continue
+		}
+		cpu := p.cpu
+		if q, ok := before[p.pid]; ok {
+			cpu -= q.cpu
+		}
+		r.pss += p.pss
+		r.cpu += cpu
+		names = append(names, fmt.Sprintf("%s %.1f MB (RssAnon %.1f, RssFile %.1f) %v CPU", p.name,
+			float64(p.pss)/1e6, float64(p.anon)/1e6, float64(p.file)/1e6, cpu.Round(time.Microsecond)))
+	}
+	slices.Sort(names)
+	r.supervisors = strings.Join(names, ", ")
 }
