@@ -22,6 +22,8 @@ type containerd struct {
 	dir    string
 	crictl string
 	ctr    string // its ctr: "ctr" from PATH for the distribution's
+	bin    string // the directory of its binaries; "" for the distribution's
+	config string // its configuration's format (startContainerdFrom)
 }
 
 // containerdConfig is containerd's whole configuration for these machines:
@@ -94,6 +96,12 @@ func startContainerd(dir, crictl string) (*containerd, error) {
 	return startContainerdFrom(dir, crictl, "", containerdConfig)
 }
 
+// restart starts containerd again on the same binaries, configuration,
+// root and state, after its server has ended.
+func (c *containerd) restart() (*containerd, error) {
+	return startContainerdFrom(c.dir, c.crictl, c.bin, c.config)
+}
+
 // startContainerdFrom starts the containerd in bin (the distribution's,
 // from PATH, when empty; then bin goes first in its PATH, for its shim)
 // with config, a format whose %[1]s is dir and %[2]s the pause image.
@@ -119,7 +127,7 @@ func startContainerdFrom(dir, crictl, bin, config string) (*containerd, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &containerd{server: s, dir: dir, crictl: crictl, ctr: ctr}
+	c := &containerd{server: s, dir: dir, crictl: crictl, ctr: ctr, bin: bin, config: config}
 	return c, c.waitServing(30 * time.Second)
 }
 
@@ -291,4 +299,40 @@ func TestLeakedShimIsKnownByItsDeletedBundle(t *testing.T) {
 			t.Errorf("%s: bundle %q, want %q", c.name, bundle, filepath.Join(dir, "bundle-lost"))
 		}
 	}
+}
+
+// TestNodeOnTheDistributionsContainerd: the suite's runtime is containerd
+// 2; the distribution's containerd (Debian 12's 1.6, which supported
+// distributions still ship) stays one named case. Its CRI does not report
+// a cgroup driver, so the kubelet keeps the cgroupfs driver of its own
+// configuration. Against it the node registers Ready with its static pod,
+// a Deployment and kube-proxy's Service, and TERM stops the kubelet, then
+// kube-proxy, nodeinit exiting 0.
+func TestNodeOnTheDistributionsContainerd(t *testing.T) {
+	c := getCluster(t)
+	ctd, err := startContainerd(filepath.Join(c.dir, "containerd-distribution"), filepath.Join(c.bin, "crictl"))
+	if ctd != nil {
+		t.Cleanup(func() {
+			for _, err := range ctd.removePods() {
+				t.Error(err)
+			}
+			if err := ctd.stop(15 * time.Second); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	must(t, err)
+	version, err := run(10*time.Second, "containerd", "--version")
+	must(t, err)
+	t.Logf("runtime: %s", strings.TrimSpace(version))
+	for _, a := range c.archives {
+		must(t, ctd.importImage(a))
+	}
+	k := c.startNode(t, nodeSpec{runtime: ctd})
+	k.checkRunningNode("iptables")
+	kubeletLog, _ := os.ReadFile(filepath.Join(k.dir, "logs", "executor.log"))
+	if strings.Contains(string(kubeletLog), "Using cgroup driver setting received from the CRI runtime") {
+		t.Errorf("the kubelet took a cgroup driver from containerd 1.6, which reports none:\n%s", grepLines(string(kubeletLog), "cgroup driver", "cgroupDriver"))
+	}
+	t.Logf("TERM: %v", k.stopAndCheck(90*time.Second))
 }

@@ -427,12 +427,12 @@ func (c *cluster) importNodeImage(t *testing.T, image, rollout string) {
 	}
 	must(t, c.containerd.importImage(archive))
 	must(t, os.Remove(archive))
-	if _, err := run(time.Minute, "ctr", "--address", c.containerd.socket(), "--namespace", "k8s.io", "images", "tag", "--force", image, rollout); err != nil {
+	if _, err := run(time.Minute, c.containerd.ctr, "--address", c.containerd.socket(), "--namespace", "k8s.io", "images", "tag", "--force", image, rollout); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		for _, image := range []string{image, rollout} {
-			if _, err := run(time.Minute, "ctr", "--address", c.containerd.socket(), "--namespace", "k8s.io", "images", "rm", image); err != nil {
+			if _, err := run(time.Minute, c.containerd.ctr, "--address", c.containerd.socket(), "--namespace", "k8s.io", "images", "rm", image); err != nil {
 				t.Error(err)
 			}
 		}
@@ -1449,9 +1449,9 @@ func (m *monitor) report(t *testing.T) {
 	// One starting status for each kubelet that took the lock, at most.
 	starting, incoming := 0, m.kubeletsTakingOver()
 	for _, s := range m.notReadySpans() {
-		if m.h.guest != nil && kubeletStarting(s.why) && s.took <= kubeletStartingBound && starting < incoming {
+		if kubeletStarting(s.why) && s.took <= kubeletStartingBound && starting < incoming {
 			starting++
-			t.Logf("the Node not Ready from %s for %v is an incoming kubelet's first status (%d of the %d kubelets that took the lock), posted before its first relist of the pods (TCG's slowness; the lease renewed on time)",
+			t.Logf("the Node not Ready from %s for %v is an incoming kubelet's first status (%d of the %d kubelets that took the lock), posted before its first relist of the pods (the lease renewed on time)",
 				s.from.Format("15:04:05.000"), s.took.Round(time.Millisecond), starting, incoming)
 			continue
 		}
@@ -1559,16 +1559,17 @@ func (m *monitor) notReadySpans() []notReadySpan {
 }
 
 // kubeletStartingBound is how long a starting kubelet's not-Ready status
-// may stand on the emulated host: its next status, one
-// nodeStatusUpdateFrequency (10 s, with 4% jitter) later, and slack.
+// may stand: its next status, one nodeStatusUpdateFrequency (10 s, with 4%
+// jitter) later, and slack.
 const kubeletStartingBound = 15 * time.Second
 
 // kubeletStarting says whether a not-Ready condition is only what a kubelet
-// posts while it starts: its first node status comes right after its first
-// runtime check and races its pod lifecycle event generator's first relist
-// of the pods (pkg/kubelet's Run), which under TCG can lose. A kubelet that
-// stopped posting (NodeStatusUnknown, set by the node controller) or any
-// other error is not.
+// posts while it starts: pkg/kubelet's Run starts the node status loop in
+// a goroutine right after its first runtime check and only then its pod
+// lifecycle event generator, whose first relist the status can precede
+// (seen under TCG, and on the host with containerd 2). A kubelet that stopped posting
+// (NodeStatusUnknown, set by the node controller) or any other error is
+// not.
 func kubeletStarting(why string) bool {
 	msg, ok := strings.CutPrefix(why, "False KubeletNotReady: ")
 	if !ok {

@@ -394,7 +394,7 @@ func (c *cluster) restartContainerd(t *testing.T) time.Duration {
 	t.Helper()
 	old := c.containerd.server
 	start := time.Now()
-	n, err := startContainerd(c.containerd.dir, c.containerd.crictl)
+	n, err := c.containerd.restart()
 	if n != nil {
 		c.containerd.server = n.server
 		for i, s := range c.servers {

@@ -36,7 +36,8 @@ const (
 )
 
 // The fixture every test of the package shares: one control plane, one
-// containerd with the images imported, started by the first test that asks
+// containerd (containerd 2, which make k8s builds; the distribution's 1.6
+// is TestNodeOnTheDistributionsContainerd's) with the images imported, started by the first test that asks
 // and stopped by TestMain, which then checks that the host is as it was.
 var shared struct {
 	once sync.Once
@@ -155,7 +156,7 @@ func startCluster(t *testing.T) (c *cluster, err error) {
 			c = nil
 		}
 	}()
-	for _, b := range []string{"kubelet", "kube-proxy", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "crictl"} {
+	for _, b := range []string{"kubelet", "kube-proxy", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "crictl", "containerd-" + containerd2Version + "/containerd"} {
 		if _, err := os.Stat(filepath.Join(c.bin, b)); err != nil {
 			return c, fmt.Errorf("%s is missing from %s: run make k8s", b, c.bin)
 		}
@@ -180,7 +181,7 @@ func startCluster(t *testing.T) (c *cluster, err error) {
 		return c, err
 	}
 	c.archives = archives
-	if c.containerd, err = startContainerd(filepath.Join(dir, "containerd"), filepath.Join(c.bin, "crictl")); err != nil {
+	if c.containerd, err = startContainerdFrom(filepath.Join(dir, "containerd"), filepath.Join(c.bin, "crictl"), filepath.Join(c.bin, "containerd-"+containerd2Version), containerd2Config); err != nil {
 		return c, err
 	}
 	c.servers = append(c.servers, c.containerd.server)

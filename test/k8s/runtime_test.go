@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -120,7 +121,7 @@ func TestRuntimeTaskRunsContainerd2ForTheKubelet(t *testing.T) {
 	if strings.Contains(log, "Exiting with processes that could not be reaped") {
 		t.Errorf("nodeinit left processes behind:\n%s", log)
 	}
-	if left := runtimeTaskShims(bin); len(left) > 0 {
+	if left := runtimeTaskShims(bin, ctd.socket()); len(left) > 0 {
 		t.Errorf("containerd-shim processes left: %v", left)
 	}
 	t.Logf("TERM: kubelet ended at %v, kube-proxy got TERM at %v and ended at %v, containerd got TERM at %v and ended at %v, "+
@@ -135,8 +136,10 @@ func logTime(t time.Time) time.Duration {
 	return time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(s)*time.Second + time.Duration(t.Nanosecond()/1000)*time.Microsecond
 }
 
-// runtimeTaskShims are the processes running a shim from bin.
-func runtimeTaskShims(bin string) []string {
+// runtimeTaskShims are the processes running a shim from bin for the
+// containerd serving on socket: the fixture's own containerd runs the same
+// binaries, and its shims are not the node's.
+func runtimeTaskShims(bin, socket string) []string {
 	entries, _ := os.ReadDir("/proc")
 	var out []string
 	for _, e := range entries {
@@ -145,8 +148,12 @@ func runtimeTaskShims(bin string) []string {
 			continue
 		}
 		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		if err == nil && strings.HasPrefix(exe, bin+"/") && strings.Contains(filepath.Base(exe), "shim") {
-			out = append(out, fmt.Sprintf("%d %s", pid, exe))
+		if err != nil || !strings.HasPrefix(exe, bin+"/") || !strings.Contains(filepath.Base(exe), "shim") {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if args := strings.Split(string(cmdline), "\x00"); slices.Contains(args, socket) {
+			out = append(out, fmt.Sprintf("%d %s", pid, strings.Join(args, " ")))
 		}
 	}
 	return out
