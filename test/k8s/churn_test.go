@@ -78,7 +78,7 @@ type churnSample struct {
 // resident memory, open files, threads, goroutines (its USR1 status line)
 // and zombie children. What must hold: memory, files, threads and
 // goroutines flat (the last quarter no higher than the first half, memory
-// within 1 MiB), no zombie child of nodeinit left, the kubelet and
+// within 1 MiB, threads within one), no zombie child of nodeinit left, the kubelet and
 // kube-proxy never restarted, nodeinit's own log under a line a minute
 // (its status lines aside), and once scaled to 0 no process of any churn
 // pod left on the host, nor a zombie under containerd's shims.
@@ -247,7 +247,12 @@ func (k *kubeNode) reportChurn(samples []churnSample, begun, ended time.Time) {
 	for _, c := range []flatness{
 		{"resident memory (KiB)", func(s churnSample) int64 { return s.rss }, 1024, false},
 		{"open files", func(s churnSample) int64 { return int64(s.fds) }, 0, true},
-		{"threads", func(s churnSample) int64 { return int64(s.threads) }, 0, false},
+		// The Go runtime keeps every thread it starts: its count is the
+		// peak of system calls in flight at once, which a run of minutes
+		// may still reach a thread later (7 to 8 at 2m15s in one run, the
+		// goroutines flat at 4; 8 all through make soak-k8s's 30 minutes).
+		// A leak grows on, past the one thread allowed.
+		{"threads", func(s churnSample) int64 { return int64(s.threads) }, 1, false},
 		{"goroutines", func(s churnSample) int64 { return int64(s.goroutines) }, 0, true},
 	} {
 		c.check(t, samples, "under the churn")
