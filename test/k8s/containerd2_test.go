@@ -138,16 +138,7 @@ func startContainerd2(t *testing.T, c *cluster, dir string) (*containerd, string
 		t.Fatalf("containerd %s is missing from %s: run make k8s", containerd2Version, c.bin)
 	}
 	ctd, err := startContainerdFrom(filepath.Join(c.dir, dir), filepath.Join(c.bin, "crictl"), bin, containerd2Config)
-	if ctd != nil {
-		t.Cleanup(func() {
-			for _, err := range ctd.removePods() {
-				t.Error(err)
-			}
-			if err := ctd.stop(15 * time.Second); err != nil {
-				t.Error(err)
-			}
-		})
-	}
+	ctd.stopAtEnd(t)
 	if err != nil {
 		t.Fatal(err)
 	}

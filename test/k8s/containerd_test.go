@@ -96,6 +96,22 @@ func startContainerd(dir, crictl string) (*containerd, error) {
 	return startContainerdFrom(dir, crictl, "", containerdConfig)
 }
 
+// stopAtEnd removes containerd's pods and stops it when the test ends; c
+// may be nil (a start that failed before the server ran).
+func (c *containerd) stopAtEnd(t *testing.T) {
+	if c == nil {
+		return
+	}
+	t.Cleanup(func() {
+		for _, err := range c.removePods() {
+			t.Error(err)
+		}
+		if err := c.stop(15 * time.Second); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 // restart starts containerd again on the same binaries, configuration,
 // root and state, after its server has ended.
 func (c *containerd) restart() (*containerd, error) {
@@ -311,16 +327,7 @@ func TestLeakedShimIsKnownByItsDeletedBundle(t *testing.T) {
 func TestNodeOnTheDistributionsContainerd(t *testing.T) {
 	c := getCluster(t)
 	ctd, err := startContainerd(filepath.Join(c.dir, "containerd-distribution"), filepath.Join(c.bin, "crictl"))
-	if ctd != nil {
-		t.Cleanup(func() {
-			for _, err := range ctd.removePods() {
-				t.Error(err)
-			}
-			if err := ctd.stop(15 * time.Second); err != nil {
-				t.Error(err)
-			}
-		})
-	}
+	ctd.stopAtEnd(t)
 	must(t, err)
 	version, err := run(10*time.Second, "containerd", "--version")
 	must(t, err)

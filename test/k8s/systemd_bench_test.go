@@ -381,16 +381,23 @@ func (c *cluster) benchContainerNode(t *testing.T, who string, flags nodeFlags) 
 	r.proxyAfter = seen[1].Sub(seen[0])
 
 	_, prestop := os.Stat(filepath.Join(dir, "prestop"))
-	p := k.getPod("drain")
-	for _, c := range p.Status.Conditions {
+	r.finish(t, k, who, ready, prestop == nil)
+	return r
+}
+
+// finish sets r.drained, the drain pod ended by the kubelet's shutdown
+// (its DisruptionTarget condition) with its preStop hook run, and logs the
+// run.
+func (r *containerRun) finish(t *testing.T, k *kubeNode, who string, ready time.Duration, prestopRan bool) {
+	t.Helper()
+	for _, c := range k.getPod("drain").Status.Conditions {
 		if c.Type == "DisruptionTarget" && c.Status == "True" && c.Reason == "TerminationByKubelet" {
-			r.drained = prestop == nil
+			r.drained = prestopRan
 		}
 	}
 	t.Logf("%s: Ready %v after podman start; podman stop %v, exit code %d; pod drained %v; kube-proxy ended %v after the kubelet; supervision %.1f MB PSS (%s), %v CPU in %v idle",
 		who, ready.Round(time.Millisecond), r.stop.Round(time.Millisecond), r.exitCode, r.drained, r.proxyAfter.Round(time.Millisecond),
 		float64(r.pss)/1e6, r.supervisors, r.cpu.Round(time.Microsecond), idleWindow)
-	return r
 }
 
 // checkUnits fails with the units' state when systemd's node does not run

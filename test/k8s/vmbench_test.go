@@ -283,15 +283,7 @@ func (c *cluster) benchGuestNode(t *testing.T, v *vm, who string, flags nodeFlag
 	r.proxyAfter = s.Proxy.Sub(s.Kubelet)
 
 	_, prestop := v.sshTimeout(time.Minute, "test -e "+guestDrainDir+"/prestop")
-	p := k.getPod("drain")
-	for _, c := range p.Status.Conditions {
-		if c.Type == "DisruptionTarget" && c.Status == "True" && c.Reason == "TerminationByKubelet" {
-			r.drained = prestop == nil
-		}
-	}
-	t.Logf("%s: Ready %v after podman start; podman stop %v, exit code %d; pod drained %v; kube-proxy ended %v after the kubelet; supervision %.1f MB PSS (%s), %v CPU in %v idle",
-		who, ready.Round(time.Millisecond), r.stop.Round(time.Millisecond), r.exitCode, r.drained, r.proxyAfter.Round(time.Millisecond),
-		float64(r.pss)/1e6, r.supervisors, r.cpu.Round(time.Microsecond), idleWindow)
+	r.finish(t, k, who, ready, prestop == nil)
 	return r
 }
 
