@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodeinit/nodeinit/cgroups"
 	"github.com/nodeinit/nodeinit/config"
+	"github.com/nodeinit/nodeinit/init/footprint"
 	"github.com/nodeinit/nodeinit/init/logsink"
 	"github.com/nodeinit/nodeinit/init/oomscore"
 	"github.com/nodeinit/nodeinit/init/reaper"
@@ -35,6 +36,7 @@ type start struct {
 	version node.KubeletVersion
 	plan    *restrict.Plan
 	oom     *oomscore.Score
+	thp     *footprint.HugePages
 	cg      cgroups.Result
 	ct      node.Container
 	sc      supervisor.Config
@@ -64,12 +66,14 @@ type phase struct {
 //     joined;
 //   - the login1 bus listens before the executor starts: the kubelet looks
 //     for it once, when it starts;
-//   - nodeinit takes its OOM score before the tasks are built, which
-//     hand each child the value nodeinit started with.
+//   - nodeinit takes its OOM score and its huge-page setting before the
+//     tasks are built, which hand each child the values nodeinit started
+//     with.
 var phases = []phase{
 	{"mount namespace", (*start).mountNamespace},
 	{"log", (*start).log},
 	{"oom score", (*start).oomScore},
+	{"huge pages", (*start).hugePages},
 	{"identity", (*start).identity},
 	{"rshared", (*start).rshared},
 	{"container", (*start).container},
@@ -78,6 +82,7 @@ var phases = []phase{
 	{"tasks", (*start).tasks},
 	{"subreaper", (*start).subreaper},
 	{"notify", (*start).notify},
+	{"binary pages", (*start).binaryPages},
 	{"graceful shutdown", (*start).gracefulShutdown},
 }
 
@@ -165,6 +170,18 @@ func (s *start) oomScore() int {
 	return 0
 }
 
+// hugePages turns transparent huge pages off for nodeinit's own memory
+// (package footprint); where the kernel has none, it has nothing to turn
+// off.
+func (s *start) hugePages() int {
+	thp, err := footprint.DisableHugePages()
+	if err != nil {
+		klog.V(1).InfoS("nodeinit's memory keeps the kernel's transparent-huge-page setting", "reason", err)
+	}
+	s.thp = thp
+	return 0
+}
+
 // identity gives the node its machine-id and product_uuid, when asked.
 func (s *start) identity() int {
 	if s.cfg.Identity.MachineID || s.cfg.Identity.ProductUUID {
@@ -245,6 +262,7 @@ func (s *start) tasks() int {
 	s.sc = sc
 	s.sc.Signals = s.sigs
 	s.sc.OOMScore = s.oom
+	s.sc.HugePages = s.thp
 	s.undo = append(s.undo, closeLogs)
 	return 0
 }
@@ -268,6 +286,46 @@ func (s *start) notify() int {
 	s.notifier = notify.New()
 	s.sc.OnExecutorStarted = func(int) { s.notifier.ReadyWhenHealthy(notify.Probe{URL: s.cfg.ReadyURL}) }
 	s.sc.OnShutdown = s.notifier.Stopping
+	return 0
+}
+
+// binarySettle is how long after the executor's start nodeinit gives back
+// its binary's pages: by then the kubelet has registered, reached the bus
+// and the runtime, and reported the node Ready (about a second after its
+// start on a host, some 20 s in an emulated guest), so that what nodeinit
+// touches again is what it touches while the node runs.
+const binarySettle = 30 * time.Second
+
+// binaryPages gives back the pages of nodeinit's binary that only its
+// start used (package footprint), binarySettle after the executor started,
+// and reads the binary back in ahead of the stop's faults when the stop
+// begins.
+func (s *start) binaryPages() int {
+	started := s.sc.OnExecutorStarted
+	s.sc.OnExecutorStarted = func(pid int) {
+		time.AfterFunc(binarySettle, func() {
+			n, err := footprint.ReleaseBinaryPages()
+			if err != nil {
+				klog.V(1).InfoS("nodeinit keeps its binary's pages mapped", "reason", err)
+				return
+			}
+			klog.V(1).InfoS("Gave back the pages of nodeinit's binary that only this process mapped", "mappedBytes", n)
+		})
+		if started != nil {
+			started(pid)
+		}
+	}
+	stopping := s.sc.OnShutdown
+	s.sc.OnShutdown = func() {
+		go func() {
+			if _, err := footprint.PrefetchBinary(); err != nil {
+				klog.V(1).InfoS("nodeinit's binary is read back as the stop faults it in", "reason", err)
+			}
+		}()
+		if stopping != nil {
+			stopping()
+		}
+	}
 	return 0
 }
 

@@ -19,12 +19,14 @@ func TestPhasesKeepTheirOrder(t *testing.T) {
 		{"log", "identity", "every later phase logs through the queue"},
 		{"log", "oom score", "where nodeinit may not lower its OOM score, a line says so"},
 		{"oom score", "tasks", "the tasks hand each child the OOM score nodeinit started with"},
+		{"huge pages", "tasks", "the tasks hand each child the kernel's huge-page setting, not nodeinit's"},
 		{"identity", "rshared", "the node's id is mounted where it cannot propagate"},
 		{"container", "cgroup", "a read-only cgroupfs is remounted before the join"},
 		{"cgroup", "sizing", "the node is sized to the cgroup it joined"},
 		{"sizing", "tasks", "the kubelet's flags carry the sizing"},
 		{"tasks", "notify", "the notifier hooks into the executor's start"},
 		{"notify", "graceful shutdown", "the bus admits the executor before the notifier is told"},
+		{"notify", "binary pages", "the executor's start hook that notify sets is chained, not replaced"},
 	} {
 		b, a := slices.Index(names, tc.before), slices.Index(names, tc.after)
 		if b < 0 || a < 0 {

@@ -38,6 +38,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/init/footprint"
 	"github.com/nodeinit/nodeinit/init/oomscore"
 	"github.com/nodeinit/nodeinit/init/signals"
 )
@@ -86,6 +87,9 @@ type Config struct {
 	// OOMScore, when set, is nodeinit's OOM score adjustment, lowered:
 	// every child starts at the value nodeinit started with instead.
 	OOMScore *oomscore.Score
+	// HugePages, when set, is nodeinit's transparent-huge-page setting,
+	// disabled: every child starts with the kernel's own instead.
+	HugePages *footprint.HugePages
 	// OnExecutorStarted (with the executor's pid) and OnShutdown, when
 	// set, are called from the loop once each; they must not block.
 	OnExecutorStarted func(pid int)
@@ -151,7 +155,7 @@ type Supervisor struct {
 
 // New prepares a Supervisor; Run starts the tasks.
 func New(cfg Config) *Supervisor {
-	return newWith(cfg, newKernel(cmp.Or(cfg.ProcRoot, "/proc"), cfg.OOMScore))
+	return newWith(cfg, newKernel(cmp.Or(cfg.ProcRoot, "/proc"), cfg.OOMScore, cfg.HugePages))
 }
 
 func newWith(cfg Config, sys system) *Supervisor {

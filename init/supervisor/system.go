@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeinit/nodeinit/init/footprint"
 	"github.com/nodeinit/nodeinit/init/oomscore"
 	"github.com/nodeinit/nodeinit/init/proctree"
 	"github.com/nodeinit/nodeinit/init/reaper"
@@ -49,20 +50,27 @@ type timer interface {
 type kernel struct {
 	reaper   *reaper.Reaper
 	oom      *oomscore.Score
+	thp      *footprint.HugePages
 	isInit   bool
 	self     int
 	procRoot string
 }
 
-func newKernel(procRoot string, oom *oomscore.Score) *kernel {
+func newKernel(procRoot string, oom *oomscore.Score, thp *footprint.HugePages) *kernel {
 	pid := os.Getpid()
-	return &kernel{reaper: reaper.New(), oom: oom, isInit: pid == 1, self: pid, procRoot: procRoot}
+	return &kernel{reaper: reaper.New(), oom: oom, thp: thp, isInit: pid == 1, self: pid, procRoot: procRoot}
 }
 
-// Start starts a child at the OOM score adjustment nodeinit started with.
+// Start starts a child at the OOM score adjustment nodeinit started with,
+// and with the kernel's transparent-huge-page setting, not nodeinit's.
 func (k *kernel) Start(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
-	if e := k.oom.Fork(func() { pid, err = k.reaper.Start(path, argv, attr) }); e != nil {
-		klog.ErrorS(e, "Cannot hand a child the OOM score adjustment nodeinit started with", "path", path)
+	fork := func() { pid, err = k.reaper.Start(path, argv, attr) }
+	if e := k.thp.Fork(func() {
+		if e := k.oom.Fork(fork); e != nil {
+			klog.ErrorS(e, "Cannot hand a child the OOM score adjustment nodeinit started with", "path", path)
+		}
+	}); e != nil {
+		klog.ErrorS(e, "Cannot hand a child the kernel's transparent-huge-page setting", "path", path)
 	}
 	return pid, err
 }

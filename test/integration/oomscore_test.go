@@ -127,3 +127,48 @@ func TestWithoutCapSysResourceOneLineSaysNodeinitMayBeOOMKilled(t *testing.T) {
 		t.Errorf("nodeinit is at %d, the executor started at %d; want both at %d", adj, executor.OOMScoreAdj, start)
 	}
 }
+
+// thpEnabled reads a process's THP_enabled from its /proc status.
+func thpEnabled(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "THP_enabled:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// nodeinit turns transparent huge pages off for its own memory, and its
+// children, the proxy respawned included, start with the kernel's setting,
+// which they would have without nodeinit.
+func TestNodeinitKeepsHugePagesOffForItselfNotForItsChildren(t *testing.T) {
+	_, task := binaries(t)
+	testenv.RequireRoot(t)
+	if thpEnabled(t, os.Getpid()) != "1" {
+		t.Skip("this kernel shows no THP_enabled in /proc/PID/status (Linux 5.0 and later do), or huge pages are off for the test already")
+	}
+	dir := t.TempDir()
+	starts := filepath.Join(dir, "starts")
+	n := testenv.Launch(t, testenv.Options{PID1: true, Dir: dir},
+		"--proxy-path="+task, "--proxy-arg=--report="+filepath.Join(dir, "proxy.json"), "--proxy-arg=--starts="+starts,
+		"--proxy-arg=--lifetime=200ms", "--proxy-arg=--exit=1", "--proxy-restart-backoff=100ms",
+		"--", task, "--report="+filepath.Join(dir, "executor.json"))
+	testenv.WaitFor(t, 20*time.Second, "two starts of the proxy", func() bool { return countLines(t, starts) >= 2 })
+	self := thpEnabled(t, n.Pid())
+	executor, proxy := n.Report("executor.json"), n.Report("proxy.json")
+	if code := n.Stop(10 * time.Second); code != 0 {
+		t.Fatalf("nodeinit exited %d", code)
+	}
+	if self != "0" {
+		t.Errorf("nodeinit's THP_enabled = %q; want 0: huge pages off for its own memory", self)
+	}
+	if executor.THPEnabled != "1" || proxy.THPEnabled != "1" {
+		t.Errorf("the executor's THP_enabled = %q, the proxy's (start %d) = %q; want 1 for both, the kernel's setting",
+			executor.THPEnabled, countLines(t, starts), proxy.THPEnabled)
+	}
+}

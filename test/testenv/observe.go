@@ -135,6 +135,10 @@ type Report struct {
 	Env        []string `json:"env"`
 	// OOMScoreAdj is the OOM score adjustment it started with.
 	OOMScoreAdj int `json:"oomScoreAdj"`
+	// THPEnabled is its THP_enabled in /proc/self/status: "1" when
+	// transparent huge pages may back its memory, "0" when they are off
+	// for it, "" on a kernel that does not show it.
+	THPEnabled string `json:"thpEnabled"`
 }
 
 // ReadReport reads the task helper's --report file.

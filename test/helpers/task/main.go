@@ -233,6 +233,10 @@ type reportJSON struct {
 	Env        []string `json:"env"`
 	// OOMScoreAdj is the OOM score adjustment it started with.
 	OOMScoreAdj int `json:"oomScoreAdj"`
+	// THPEnabled is its THP_enabled in /proc/self/status: "1" when
+	// transparent huge pages may back its memory, "0" when they are off
+	// for it, "" on a kernel that does not show it.
+	THPEnabled string `json:"thpEnabled"`
 }
 
 func writeReport(path string) {
@@ -245,10 +249,18 @@ func writeReport(path string) {
 	check(err)
 	oom, err := strconv.Atoi(strings.TrimSpace(string(adj)))
 	check(err)
+	status, err := os.ReadFile("/proc/self/status")
+	check(err)
+	var thp string
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "THP_enabled:"); ok {
+			thp = strings.TrimSpace(v)
+		}
+	}
 	data, err := json.Marshal(reportJSON{
 		Pid: os.Getpid(), Ppid: os.Getppid(), Pgid: pgid, MountNS: mnt,
 		Cgroup: string(cg), Stdin: stdin, Foreground: fg, Args: os.Args[1:], Env: os.Environ(),
-		OOMScoreAdj: oom,
+		OOMScoreAdj: oom, THPEnabled: thp,
 	})
 	check(err)
 	check(os.WriteFile(path+".tmp", data, 0o644))
