@@ -31,6 +31,12 @@ func (c *Cluster) writePKI() error {
 		c.Name+"-control-plane", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"); err != nil {
 		return err
 	}
+	// The API server's client identity toward aggregated API servers (the
+	// front proxy, kubeadm's front-proxy-client): they take the user it
+	// proxies for from its headers, from this name only.
+	if _, err := p.issue("front-proxy-client", "front-proxy-client", nil); err != nil {
+		return err
+	}
 	if _, err := p.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}); err != nil {
 		return err
 	}
@@ -187,7 +193,14 @@ func (c *Cluster) startControlPlane() error {
 		// address in its network namespace. It reaches webhooks and
 		// aggregated APIs at their Services' endpoints (pods) instead,
 		// over the routes routeToPods gives it.
-		"--enable-aggregator-routing=true"); err != nil {
+		"--enable-aggregator-routing=true",
+		// The front proxy, as kubeadm configures it, but with the
+		// cluster's one CA: an aggregated API server trusts the user
+		// named in these headers from front-proxy-client alone.
+		"--requestheader-client-ca-file="+pki+"/ca.crt", "--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file="+pki+"/front-proxy-client.crt", "--proxy-client-key-file="+pki+"/front-proxy-client.key"); err != nil {
 		return err
 	}
 	if err := c.waitAPI(2 * time.Minute); err != nil {

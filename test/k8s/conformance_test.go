@@ -521,7 +521,34 @@ func conformanceImages(t *testing.T, suite string, p *podman, work, coredns stri
 		map[string]string{conformanceNNP(t, root, work): "nnp"}, busybox, "BUSYBOX="+conformanceBusybox)
 	derived("glibc-dns-testing", "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
 		map[string]string{coredns: "coredns"}, "", "AGNHOST="+conformanceAgnhost)
+	// The Aggregator spec's pod: the sample-apiserver of the suite's
+	// release on the busybox image, and etcd from Debian's package.
+	derived("sample-apiserver", "registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2",
+		map[string]string{conformanceSampleAPIServer(t, root, work): "sample-apiserver"}, busybox, "BUSYBOX="+conformanceBusybox)
+	etcdBase := debianRoot(t, filepath.Dir(suite), []string{"etcd-server"})
+	const etcdBaseImage = "localhost/nodeinit-conformance-etcd-base:test"
+	if _, err := p.run(5*time.Minute, "import", etcdBase, etcdBaseImage); err != nil {
+		t.Fatal(err)
+	}
+	derived("etcd", "registry.k8s.io/etcd:3.7.0-0", nil, filepath.Base(etcdBase), "BASE="+etcdBaseImage)
 	return archives
+}
+
+// conformanceSampleAPIServer builds Kubernetes' sample aggregated API
+// server of the suite's release (k8s.io/sample-apiserver) into work, in the
+// suite's module, whose go.mod pins the release's module versions.
+func conformanceSampleAPIServer(t *testing.T, root, work string) string {
+	t.Helper()
+	out := filepath.Join(work, "sample-apiserver")
+	start := time.Now()
+	cmd := exec.Command("go", "build", "-mod=readonly", "-trimpath", "-o", out, "k8s.io/sample-apiserver")
+	cmd.Dir = filepath.Join(root, "test", "k8s", "conformance")
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the sample-apiserver: %v\n%s", err, b)
+	}
+	t.Logf("sample-apiserver built in %v", time.Since(start).Round(100*time.Millisecond))
+	return out
 }
 
 // conformanceNNP builds the nonewprivs image's program, nnp, of the suite's
