@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -44,11 +45,13 @@ const (
 // kubelet: the rest of its list is for its containerd, storage and shell.
 var systemdNodeBasePackages = append(slices.Clone(nodeBasePackages), "systemd", "dbus")
 
-// The issue's targets, nodeinit / systemd.
+// The goals, nodeinit / systemd in the same run, on either host: Node
+// Ready after the start, the stop of the node that drains (where systemd's
+// does not), and the supervision's memory.
 const (
-	readyTarget       = 0.8
-	stopTarget        = 1.0
-	supervisionTarget = 0.2
+	readyGoal  = 0.8
+	stopGoal   = 0.6
+	memoryGoal = 0.25
 )
 
 // The node containers compared, in the order of a round's first.
@@ -596,7 +599,7 @@ func (c *cluster) imageSize(t *testing.T, image string) int64 {
 }
 
 // writeContainers prints the comparison's table, the ratios and the
-// verdicts against the issue's targets.
+// verdicts against the goals.
 func writeContainers(w io.Writer, runs map[string][]containerRun, sizes map[string]int64, base int64, rounds int, took time.Duration) {
 	fmt.Fprintf(w, "\nNode containers in podman: nodeinit's node image (with and without --graceful-node-shutdown) and a systemd node image (kind's way), the same kubelet, kube-proxy, configuration and containerd; %d rounds of each, alternated; took %s.\n\n",
 		rounds, took.Round(time.Second))
@@ -605,9 +608,6 @@ func writeContainers(w io.Writer, runs map[string][]containerRun, sizes map[stri
 	}
 	spread := func(d []time.Duration, unit func(time.Duration) string) string {
 		return fmt.Sprintf("%s (%s–%s)", unit(quantile(d, 0.5)), unit(quantile(d, 0.25)), unit(quantile(d, 0.75)))
-	}
-	median := func(who string, of func(containerRun) time.Duration) time.Duration {
-		return quantile(durations(who, of), 0.5)
 	}
 	ready := func(r containerRun) time.Duration { return r.ready }
 	stop := func(r containerRun) time.Duration { return r.stop }
@@ -673,18 +673,26 @@ func writeContainers(w io.Writer, runs map[string][]containerRun, sizes map[stri
 		fmt.Fprintf(w, "Supervision of %s, last round: %s.\n", who, runs[who][len(runs[who])-1].supervisors)
 	}
 
-	fmt.Fprintln(w, "\n| target (issue 24) | nodeinit / systemd | nodeinit --graceful-node-shutdown / systemd | met |")
-	fmt.Fprintln(w, "|---|---:|---:|---|")
+	writeGoals(w, runs)
+}
+
+// writeGoals prints the goals' verdicts, nodeinit / systemd from the
+// medians of the same run.
+func writeGoals(w io.Writer, runs map[string][]containerRun) {
+	median := func(who string, of func(containerRun) time.Duration) time.Duration {
+		return quantile(sortedTimes(runs[who], of), 0.5)
+	}
 	ratio := func(who string, of func(containerRun) time.Duration) float64 {
 		return float64(median(who, of)) / float64(median(systemdNode, of))
 	}
-	drained := func(who string) bool {
+	drained := func(who string) int {
+		n := 0
 		for _, r := range runs[who] {
-			if !r.drained {
-				return false
+			if r.drained {
+				n++
 			}
 		}
-		return true
+		return n
 	}
 	verdict := func(ok bool) string {
 		if ok {
@@ -692,30 +700,50 @@ func writeContainers(w io.Writer, runs map[string][]containerRun, sizes map[stri
 		}
 		return "**not met**"
 	}
-	for _, m := range []struct {
-		what  string
-		of    func(containerRun) time.Duration
-		limit float64
-	}{
-		{fmt.Sprintf("start → Node Ready ≤ %.1f ×", readyTarget), ready, readyTarget},
-		{fmt.Sprintf("supervision memory ≤ %.1f ×", supervisionTarget), pss, supervisionTarget},
-		{fmt.Sprintf("supervision idle CPU ≤ %.1f ×", supervisionTarget), cpu, supervisionTarget},
-	} {
-		a, b := ratio(nodeinitNode, m.of), ratio(drainingNode, m.of)
-		if median(systemdNode, m.of) == 0 {
-			// systemd's processes did not run at all in the window: no
-			// ratio, and no cost of nodeinit's that meets the target.
-			fmt.Fprintf(w, "| %s | – (systemd's is 0) | – | %s |\n", m.what, verdict(false))
-			continue
-		}
-		fmt.Fprintf(w, "| %s | %.2f × | %.2f × | %s |\n", m.what, a, b, verdict(a <= m.limit && b <= m.limit))
+	ready := func(r containerRun) time.Duration { return r.ready }
+	stop := func(r containerRun) time.Duration { return r.stop }
+	pss := func(r containerRun) time.Duration { return time.Duration(r.pss) }
+	cpu := func(r containerRun) time.Duration { return r.cpu }
+	fmt.Fprintln(w, "\n| goal, nodeinit / systemd (medians) | nodeinit | nodeinit --graceful-node-shutdown | met |")
+	fmt.Fprintln(w, "|---|---:|---:|---|")
+	a, b := ratio(nodeinitNode, ready), ratio(drainingNode, ready)
+	fmt.Fprintf(w, "| Node Ready after the start ≤ %.2f × | %.2f × | %.2f × | %s |\n", readyGoal, a, b, verdict(a <= readyGoal && b <= readyGoal))
+	n, d := len(runs[drainingNode]), drained(drainingNode)
+	b = ratio(drainingNode, stop)
+	fmt.Fprintf(w, "| stop ≤ %.2f × with the drain (systemd's node drained %d of %d) | %.2f × (no drain) | %.2f × (drained %d of %d) | %s |\n",
+		stopGoal, drained(systemdNode), len(runs[systemdNode]), ratio(nodeinitNode, stop), b, d, n, verdict(b <= stopGoal && d == n))
+	a, b = ratio(nodeinitNode, pss), ratio(drainingNode, pss)
+	fmt.Fprintf(w, "| supervision memory (PSS) ≤ %.2f × | %.2f × | %.2f × | %s |\n", memoryGoal, a, b, verdict(a <= memoryGoal && b <= memoryGoal))
+	if median(systemdNode, cpu) == 0 {
+		fmt.Fprintln(w, "| supervision idle CPU (no goal) | – (systemd's is 0) | – | |")
+	} else {
+		fmt.Fprintf(w, "| supervision idle CPU (no goal) | %.2f × | %.2f × | |\n", ratio(nodeinitNode, cpu), ratio(drainingNode, cpu))
 	}
-	// The stop target holds for the node that drains, where systemd's
-	// does not: a drain systemd's node does not do is the point.
-	b := ratio(drainingNode, stop)
-	fmt.Fprintf(w, "| stop ≤ %.1f × with a drain systemd's node does not do | %.2f × (no drain) | %.2f × (drained %v; systemd's drained %v) | %s |\n",
-		stopTarget, ratio(nodeinitNode, stop), b, drained(drainingNode), drained(systemdNode),
-		verdict(b <= stopTarget && drained(drainingNode) && !drained(systemdNode)))
+}
+
+// TestVMGoals: the goals' table reads the medians of the runs (here the
+// three goals met, and "met" in the header), and the stop goal holds only
+// for a node that drained every time.
+func TestGoals(t *testing.T) {
+	run := func(ready, stop time.Duration, pss int64, drained bool) containerRun {
+		return containerRun{ready: ready, stop: stop, pss: pss, cpu: time.Millisecond, drained: drained}
+	}
+	runs := map[string][]containerRun{
+		systemdNode:  {run(10*time.Second, 10*time.Second, 40e6, false)},
+		nodeinitNode: {run(7*time.Second, 3*time.Second, 8e6, false)},
+		drainingNode: {run(7*time.Second, 5*time.Second, 8e6, true)},
+	}
+	var b bytes.Buffer
+	writeGoals(&b, runs)
+	if got := strings.Count(b.String(), " | met |\n"); got != 4 || strings.Contains(b.String(), "not met") {
+		t.Errorf("want the three goals met:\n%s", b.String())
+	}
+	runs[drainingNode][0].drained = false
+	b.Reset()
+	writeGoals(&b, runs)
+	if !strings.Contains(b.String(), "(drained 0 of 1) | **not met**") {
+		t.Errorf("a stop without the drain meets the stop goal:\n%s", b.String())
+	}
 }
 
 // supervision sums the container's processes other than the kubelet,

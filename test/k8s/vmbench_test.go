@@ -24,15 +24,6 @@ import (
 // Under TCG the guest runs some ten times slower than the machine: the
 // ratios are the result, not the times.
 
-// The goals, nodeinit / systemd in the same run: Node Ready after the
-// start, the stop of the node that drains (where systemd's does not), and
-// the supervision's memory.
-const (
-	vmReadyGoal  = 0.8
-	vmStopGoal   = 0.6
-	vmMemoryGoal = 0.25
-)
-
 // vmStopTimeout is podman stop's --time in the guest: a drain under TCG
 // takes longer than podman's default 10 s.
 const vmStopTimeout = 90 * time.Second
@@ -97,7 +88,6 @@ func TestModernHostBench(t *testing.T) {
 	fmt.Fprintf(&b, "\nOn the cgroup v2 systemd host under qemu (TCG, 2 vCPUs, 4 GiB; guest %s): the machine's load average %s before the guest's boot, %s at the end.\n",
 		guest, load, loadAverage())
 	writeContainers(&b, runs, sizes, c.imageSize(t, nodeBaseImage), rounds, time.Since(began))
-	writeVMGoals(&b, runs)
 	if out := os.Getenv("NODEINIT_VM_BENCH_OUT"); out != "" {
 		must(t, os.WriteFile(out, b.Bytes(), 0o644))
 	} else {
@@ -112,51 +102,6 @@ func loadAverage() string {
 		return strings.Join(f[:3], " ")
 	}
 	return "?"
-}
-
-// writeVMGoals prints the goals' verdicts, nodeinit / systemd from the
-// medians of the same run.
-func writeVMGoals(w *bytes.Buffer, runs map[string][]containerRun) {
-	median := func(who string, of func(containerRun) time.Duration) time.Duration {
-		return quantile(sortedTimes(runs[who], of), 0.5)
-	}
-	ratio := func(who string, of func(containerRun) time.Duration) float64 {
-		return float64(median(who, of)) / float64(median(systemdNode, of))
-	}
-	drained := func(who string) int {
-		n := 0
-		for _, r := range runs[who] {
-			if r.drained {
-				n++
-			}
-		}
-		return n
-	}
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "**not met**"
-	}
-	ready := func(r containerRun) time.Duration { return r.ready }
-	stop := func(r containerRun) time.Duration { return r.stop }
-	pss := func(r containerRun) time.Duration { return time.Duration(r.pss) }
-	cpu := func(r containerRun) time.Duration { return r.cpu }
-	fmt.Fprintln(w, "\n| goal, nodeinit / systemd (medians) | nodeinit | nodeinit --graceful-node-shutdown | met |")
-	fmt.Fprintln(w, "|---|---:|---:|---|")
-	a, b := ratio(nodeinitNode, ready), ratio(drainingNode, ready)
-	fmt.Fprintf(w, "| Node Ready after the start ≤ %.2f × | %.2f × | %.2f × | %s |\n", vmReadyGoal, a, b, verdict(a <= vmReadyGoal && b <= vmReadyGoal))
-	n, d := len(runs[drainingNode]), drained(drainingNode)
-	b = ratio(drainingNode, stop)
-	fmt.Fprintf(w, "| stop ≤ %.2f × with the drain (systemd's node drained %d of %d) | %.2f × (no drain) | %.2f × (drained %d of %d) | %s |\n",
-		vmStopGoal, drained(systemdNode), len(runs[systemdNode]), ratio(nodeinitNode, stop), b, d, n, verdict(b <= vmStopGoal && d == n))
-	a, b = ratio(nodeinitNode, pss), ratio(drainingNode, pss)
-	fmt.Fprintf(w, "| supervision memory (PSS) ≤ %.2f × | %.2f × | %.2f × | %s |\n", vmMemoryGoal, a, b, verdict(a <= vmMemoryGoal && b <= vmMemoryGoal))
-	if median(systemdNode, cpu) == 0 {
-		fmt.Fprintln(w, "| supervision idle CPU (no goal) | – (systemd's is 0) | – | |")
-	} else {
-		fmt.Fprintf(w, "| supervision idle CPU (no goal) | %.2f × | %.2f × | |\n", ratio(nodeinitNode, cpu), ratio(drainingNode, cpu))
-	}
 }
 
 // guestImageFlags asks nodeinit's node image, run in the guest as the
@@ -389,29 +334,4 @@ func TestGuestMeasureHelper(t *testing.T) {
 	b, err := json.Marshal(result)
 	must(t, err)
 	fmt.Println(guestMeasureLine + string(b))
-}
-
-// TestVMGoals: the goals' table reads the medians of the runs (here the
-// three goals met, and "met" in the header), and the stop goal holds only
-// for a node that drained every time.
-func TestVMGoals(t *testing.T) {
-	run := func(ready, stop time.Duration, pss int64, drained bool) containerRun {
-		return containerRun{ready: ready, stop: stop, pss: pss, cpu: time.Millisecond, drained: drained}
-	}
-	runs := map[string][]containerRun{
-		systemdNode:  {run(10*time.Second, 10*time.Second, 40e6, false)},
-		nodeinitNode: {run(7*time.Second, 3*time.Second, 8e6, false)},
-		drainingNode: {run(7*time.Second, 5*time.Second, 8e6, true)},
-	}
-	var b bytes.Buffer
-	writeVMGoals(&b, runs)
-	if got := strings.Count(b.String(), " | met |\n"); got != 4 || strings.Contains(b.String(), "not met") {
-		t.Errorf("want the three goals met:\n%s", b.String())
-	}
-	runs[drainingNode][0].drained = false
-	b.Reset()
-	writeVMGoals(&b, runs)
-	if !strings.Contains(b.String(), "(drained 0 of 1) | **not met**") {
-		t.Errorf("a stop without the drain meets the stop goal:\n%s", b.String())
-	}
 }
