@@ -297,13 +297,15 @@ func (s *start) notify() int {
 const binarySettle = 30 * time.Second
 
 // binaryPages gives back the pages of nodeinit's binary that only its
-// start used (package footprint), binarySettle after the executor started,
-// and reads the binary back in ahead of the stop's faults when the stop
-// begins.
+// start used (package footprint), binarySettle after the executor started;
+// and as the stop begins, at the first TERM or INT or at the executor's
+// end, it starts reading the binary back in ahead of the stop's faults,
+// and gives nothing back any more.
 func (s *start) binaryPages() int {
+	var release *time.Timer // set and stopped from the loop
 	started := s.sc.OnExecutorStarted
 	s.sc.OnExecutorStarted = func(pid int) {
-		time.AfterFunc(binarySettle, func() {
+		release = time.AfterFunc(binarySettle, func() {
 			n, err := footprint.ReleaseBinaryPages()
 			if err != nil {
 				klog.V(1).InfoS("nodeinit keeps its binary's pages mapped", "reason", err)
@@ -315,13 +317,30 @@ func (s *start) binaryPages() int {
 			started(pid)
 		}
 	}
-	stopping := s.sc.OnShutdown
-	s.sc.OnShutdown = func() {
+	prefetched := false
+	prefetch := func() {
+		if prefetched {
+			return
+		}
+		prefetched = true
+		if release != nil {
+			release.Stop()
+		}
 		go func() {
 			if _, err := footprint.PrefetchBinary(); err != nil {
 				klog.V(1).InfoS("nodeinit's binary is read back as the stop faults it in", "reason", err)
 			}
 		}()
+	}
+	stop, stopping := s.sc.OnStop, s.sc.OnShutdown
+	s.sc.OnStop = func() {
+		prefetch()
+		if stop != nil {
+			stop()
+		}
+	}
+	s.sc.OnShutdown = func() {
+		prefetch()
 		if stopping != nil {
 			stopping()
 		}

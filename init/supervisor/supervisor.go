@@ -90,9 +90,11 @@ type Config struct {
 	// HugePages, when set, is nodeinit's transparent-huge-page setting,
 	// disabled: every child starts with the kernel's own instead.
 	HugePages *footprint.HugePages
-	// OnExecutorStarted (with the executor's pid) and OnShutdown, when
-	// set, are called from the loop once each; they must not block.
+	// OnExecutorStarted (with the executor's pid), OnStop (at the first
+	// TERM or INT, before it is handled) and OnShutdown, when set, are
+	// called from the loop once each; they must not block.
 	OnExecutorStarted func(pid int)
+	OnStop            func()
 	OnShutdown        func()
 }
 
@@ -244,6 +246,10 @@ func (s *Supervisor) step() {
 	case <-s.sigs.Child:
 		s.reap()
 	case sig := <-s.sigs.Terminating:
+		if s.cfg.OnStop != nil {
+			s.cfg.OnStop()
+			s.cfg.OnStop = nil
+		}
 		s.terminate(sig.(syscall.Signal))
 	case sig := <-s.sigs.Other:
 		s.handle(sig.(syscall.Signal))

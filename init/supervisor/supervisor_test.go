@@ -215,6 +215,28 @@ func TestTermGoesToTheExecutorThenTheProxyAfterItEnds(t *testing.T) {
 	}
 }
 
+// The hooks come once each, in the order of the node's life: the stop's
+// at the first TERM, before the executor has it; the shutdown's when the
+// executor has ended.
+func TestHooksComeOnceEachInTheNodesOrder(t *testing.T) {
+	var calls []string
+	h := newHarness(t, func(c *Config) {
+		c.OnExecutorStarted = func(pid int) { calls = append(calls, fmt.Sprintf("started %d", pid)) }
+		c.OnStop = func() { calls = append(calls, "stop") }
+		c.OnShutdown = func() { calls = append(calls, "shutdown") }
+	})
+	proxy, executor := h.pid(0), h.pid(1)
+	h.signal(unix.SIGTERM)
+	h.wantSent(fmt.Sprintf("TERM>-%d", executor))
+	h.signal(unix.SIGINT)
+	h.sys.takeSent()
+	h.exit(executor, exitCode(0))
+	h.exit(proxy, exitCode(0))
+	if want := []string{fmt.Sprintf("started %d", executor), "stop", "shutdown"}; !slices.Equal(calls, want) {
+		t.Errorf("hooks called %q, want %q", calls, want)
+	}
+}
+
 func TestExecutorStillRunningAtTheGracePeriodIsKilled(t *testing.T) {
 	h := newHarness(t, nil)
 	executor := h.pid(1)
