@@ -297,10 +297,9 @@ func (s *start) notify() int {
 const binarySettle = 30 * time.Second
 
 // binaryPages gives back the pages of nodeinit's binary that only its
-// start used (package footprint), binarySettle after the executor started;
-// and as the stop begins, at the first TERM or INT or at the executor's
-// end, it starts reading the binary back in ahead of the stop's faults,
-// and gives nothing back any more.
+// start used (package footprint), binarySettle after the executor started,
+// unless the stop has begun by then (the first TERM or INT, or the
+// executor's end): the stop runs code the start did.
 func (s *start) binaryPages() int {
 	var release *time.Timer // set and stopped from the loop
 	started := s.sc.OnExecutorStarted
@@ -317,30 +316,20 @@ func (s *start) binaryPages() int {
 			started(pid)
 		}
 	}
-	prefetched := false
-	prefetch := func() {
-		if prefetched {
-			return
-		}
-		prefetched = true
+	keep := func() {
 		if release != nil {
 			release.Stop()
 		}
-		go func() {
-			if _, err := footprint.PrefetchBinary(); err != nil {
-				klog.V(1).InfoS("nodeinit's binary is read back as the stop faults it in", "reason", err)
-			}
-		}()
 	}
 	stop, stopping := s.sc.OnStop, s.sc.OnShutdown
 	s.sc.OnStop = func() {
-		prefetch()
+		keep()
 		if stop != nil {
 			stop()
 		}
 	}
 	s.sc.OnShutdown = func() {
-		prefetch()
+		keep()
 		if stopping != nil {
 			stopping()
 		}

@@ -20,13 +20,6 @@ package footprint
 // again, as a new program's pages are; a page another process maps too (a
 // second node of the same image) is left alone, and so is every page where
 // nodeinit may not write the binary (the kernel's rule for a file's pages).
-//
-// Read back one page at a time, the stop's code would cost a node's stop
-// a fault and a read from disk for each page it runs that the idle did
-// not: tens of milliseconds. PrefetchBinary, called as the stop begins,
-// reads the whole binary back into the page cache ahead of those faults
-// (madvise(MADV_WILLNEED), which starts the reads and does not wait for
-// them).
 
 import (
 	"bufio"
@@ -51,11 +44,6 @@ type mapping struct {
 // maps alone, as above. It returns the bytes of the mappings it asked the
 // kernel to reclaim, and what failed.
 func ReleaseBinaryPages() (int64, error) { return adviseBinary(unix.MADV_PAGEOUT, "MADV_PAGEOUT") }
-
-// PrefetchBinary starts reading the process's binary back into the page
-// cache, as above. It returns the bytes of the mappings it asked the kernel
-// to read, and what failed.
-func PrefetchBinary() (int64, error) { return adviseBinary(unix.MADV_WILLNEED, "MADV_WILLNEED") }
 
 // adviseBinary gives advice on the read-only mappings of the process's
 // binary.
