@@ -43,24 +43,19 @@ type mapping struct {
 // ReleaseBinaryPages gives back the pages of the process's binary that it
 // maps alone, as above. It returns the bytes of the mappings it asked the
 // kernel to reclaim, and what failed.
-func ReleaseBinaryPages() (int64, error) { return adviseBinary(unix.MADV_PAGEOUT, "MADV_PAGEOUT") }
-
-// adviseBinary gives advice on the read-only mappings of the process's
-// binary.
-func adviseBinary(advice int, name string) (int64, error) {
+func ReleaseBinaryPages() (int64, error) {
 	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		return 0, err
 	}
-	code := reflect.ValueOf(adviseBinary).Pointer()
-	ranges, err := binaryMappings(maps, code)
+	ranges, err := binaryMappings(maps, reflect.ValueOf(ReleaseBinaryPages).Pointer())
 	if err != nil {
 		return 0, err
 	}
 	var n int64
 	for _, m := range ranges {
-		if _, _, e := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, uintptr(advice)); e != 0 {
-			return n, fmt.Errorf("madvise(%#x-%#x, %s): %w", m.start, m.end, name, e)
+		if _, _, e := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_PAGEOUT); e != 0 {
+			return n, fmt.Errorf("madvise(%#x-%#x, MADV_PAGEOUT): %w", m.start, m.end, e)
 		}
 		n += int64(m.end - m.start)
 	}

@@ -1,25 +1,21 @@
 package footprint
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/nodeinit/nodeinit/internal/procstatus"
+	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
-// thpEnabled is the THP_enabled line of a /proc/PID/status text: "1" or
-// "0" (the kernel shows it since Linux 5.0).
+// thpEnabled is the THP_enabled field of a /proc/PID/status text: "1" or
+// "0". The kernel shows it since Linux 5.0.
 func thpEnabled(t *testing.T, status string) string {
 	t.Helper()
-	sc := bufio.NewScanner(strings.NewReader(status))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "THP_enabled:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	t.Skip("this kernel's /proc/PID/status has no THP_enabled line (Linux 5.0 and later show it)")
-	return ""
+	v, ok := procstatus.Parse([]byte(status))["THP_enabled"]
+	testenv.Require(t, ok, "THP_enabled in /proc/PID/status (Linux 5.0 and later)")
+	return v
 }
 
 func selfStatus(t *testing.T) string {
@@ -42,9 +38,8 @@ func allowAgain(t *testing.T) {
 }
 
 func TestDisableTurnsThemOffForTheProcessAndForkNotForTheChild(t *testing.T) {
-	if thpEnabled(t, selfStatus(t)) != "1" {
-		t.Skip("transparent huge pages are off for the test process already: nothing to tell apart")
-	}
+	testenv.Require(t, thpEnabled(t, selfStatus(t)) == "1",
+		"transparent huge pages allowed for the test process (they are off for it already: nothing to tell apart)")
 	allowAgain(t)
 	s, err := DisableHugePages()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeinit/nodeinit/internal/procstatus"
 	"github.com/nodeinit/nodeinit/test/testenv"
 )
 
@@ -128,19 +129,15 @@ func TestWithoutCapSysResourceOneLineSaysNodeinitMayBeOOMKilled(t *testing.T) {
 	}
 }
 
-// thpEnabled reads a process's THP_enabled from its /proc status.
+// thpEnabled reads a process's THP_enabled from its /proc status ("" when
+// the kernel shows none: before Linux 5.0).
 func thpEnabled(t *testing.T, pid int) string {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := procstatus.Read(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "THP_enabled:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
+	return st["THP_enabled"]
 }
 
 // nodeinit turns transparent huge pages off for its own memory, and its
@@ -149,9 +146,8 @@ func thpEnabled(t *testing.T, pid int) string {
 func TestNodeinitKeepsHugePagesOffForItselfNotForItsChildren(t *testing.T) {
 	_, task := binaries(t)
 	testenv.RequireRoot(t)
-	if thpEnabled(t, os.Getpid()) != "1" {
-		t.Skip("this kernel shows no THP_enabled in /proc/PID/status (Linux 5.0 and later do), or huge pages are off for the test already")
-	}
+	testenv.Require(t, thpEnabled(t, os.Getpid()) == "1",
+		"THP_enabled 1 in the test's /proc/PID/status (Linux 5.0 and later show it; 0 would leave nothing to tell apart)")
 	dir := t.TempDir()
 	starts := filepath.Join(dir, "starts")
 	n := testenv.Launch(t, testenv.Options{PID1: true, Dir: dir},

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeinit/nodeinit/init/signals"
+	"github.com/nodeinit/nodeinit/internal/procstatus"
 	"github.com/nodeinit/nodeinit/test/helpers/ownflags"
 )
 
@@ -249,18 +250,12 @@ func writeReport(path string) {
 	check(err)
 	oom, err := strconv.Atoi(strings.TrimSpace(string(adj)))
 	check(err)
-	status, err := os.ReadFile("/proc/self/status")
+	status, err := procstatus.Read("/proc/self/status")
 	check(err)
-	var thp string
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "THP_enabled:"); ok {
-			thp = strings.TrimSpace(v)
-		}
-	}
 	data, err := json.Marshal(reportJSON{
 		Pid: os.Getpid(), Ppid: os.Getppid(), Pgid: pgid, MountNS: mnt,
 		Cgroup: string(cg), Stdin: stdin, Foreground: fg, Args: os.Args[1:], Env: os.Environ(),
-		OOMScoreAdj: oom, THPEnabled: thp,
+		OOMScoreAdj: oom, THPEnabled: status["THP_enabled"],
 	})
 	check(err)
 	check(os.WriteFile(path+".tmp", data, 0o644))
