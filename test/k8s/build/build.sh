@@ -77,20 +77,31 @@ if [[ -n "$cached_only" ]]; then
 fi
 mkdir -p "$out"
 start=$SECONDS
-for cmd in "${commands[@]}"; do
-  echo "building $cmd $version with $goversion" >&2
-  CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/$cmd" "k8s.io/kubernetes/cmd/$cmd"
-done
+# The commands in one go build: what they share is compiled once either
+# way (the build cache), but one build also links a command while it
+# compiles the packages of another, where a build per command leaves a core
+# idle through each link (28 s of 51 for the six links alone).
+echo "building ${commands[*]} $version with $goversion" >&2
+CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/" "${commands[@]/#/k8s.io/kubernetes/cmd/}"
+# crictl and containerd are modules of their own, built one beside the
+# other: each build's tail (its few last packages, its link) leaves a core
+# to the other.
+pids=()
 if [[ -n "$crictl_version" ]]; then
   echo "building crictl $crictl_version with $goversion" >&2
-  GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "$crictl_ldflags" "sigs.k8s.io/cri-tools/cmd/crictl@$crictl_version"
+  GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "$crictl_ldflags" "sigs.k8s.io/cri-tools/cmd/crictl@$crictl_version" &
+  pids+=($!)
 fi
 if [[ -n "$containerd_version" ]]; then
   echo "building containerd $containerd_version with $goversion" >&2
   mod=github.com/containerd/containerd/v2/cmd
   GOBIN="$out/containerd-$containerd_version" CGO_ENABLED=0 go install -trimpath -tags no_btrfs,no_devmapper,no_zfs -ldflags "$containerd_ldflags" \
-    "$mod/containerd@$containerd_version" "$mod/containerd-shim-runc-v2@$containerd_version" "$mod/ctr@$containerd_version"
+    "$mod/containerd@$containerd_version" "$mod/containerd-shim-runc-v2@$containerd_version" "$mod/ctr@$containerd_version" &
+  pids+=($!)
 fi
+for pid in "${pids[@]}"; do
+  wait "$pid"
+done
 printf '%s\n' "$version" > "$out/VERSION"
 touch "$out/.complete"
 echo "built $version in $((SECONDS - start)) s" >&2
