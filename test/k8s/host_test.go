@@ -49,8 +49,13 @@ var hostPaths = []string{
 var mountPrefixes = []string{"/var/lib/kubelet", "/run/netns", "/run/containerd"}
 
 // hostState is what the tests compare before and after: the parts of the
-// host a node changes.
+// host a node changes. A fixture whose nodes all run in guests
+// (guestsOnly) owns only its network namespace: then hostState holds the
+// state of that namespace alone (its links, nftables tables and per-namespace
+// sysctls), and the host's cgroups, mounts, paths and kernel-wide settings
+// are another run's to check.
 type hostState struct {
+	network bool              // the network namespace's state only
 	sysctls map[string]string // "" when the setting does not exist
 	tables  map[string]string // nftables table ("ip filter") -> its listing; iptables-nft rules live here too
 	links   []string
@@ -71,11 +76,15 @@ func trackCgroup(name string) {
 	}
 }
 
-// readHost reads the host's state; extra are more directories under which
-// mounts count (the fixture's own).
-func readHost(extra []string) (*hostState, error) {
-	h := &hostState{sysctls: map[string]string{}, tables: map[string]string{}, paths: map[string]bool{}}
+// readHost reads the host's state, or with network only its network
+// namespace's; extra are more directories under which mounts count (the
+// fixture's own).
+func readHost(network bool, extra []string) (*hostState, error) {
+	h := &hostState{network: network, sysctls: map[string]string{}, tables: map[string]string{}, paths: map[string]bool{}}
 	for _, s := range hostSysctls {
+		if network && !netnsSysctl(s) {
+			continue
+		}
 		b, err := os.ReadFile("/proc/sys/" + s)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
@@ -88,6 +97,9 @@ func readHost(extra []string) (*hostState, error) {
 	}
 	if h.links, err = readLinks(); err != nil {
 		return nil, err
+	}
+	if network {
+		return h, nil
 	}
 	for _, dir := range cgroupDirs() {
 		if dirExists(dir) {
@@ -102,6 +114,12 @@ func readHost(extra []string) (*hostState, error) {
 		h.paths[p] = err == nil
 	}
 	return h, nil
+}
+
+// netnsSysctl says whether the setting s is one of each network
+// namespace's own.
+func netnsSysctl(s string) bool {
+	return strings.HasPrefix(s, "net/ipv4/") || strings.HasPrefix(s, "net/ipv6/")
 }
 
 // nftTables lists every nftables table with its rules. iptables-nft keeps
@@ -202,7 +220,7 @@ func putBack(base *hostState, bin string) []error {
 			errs = append(errs, err)
 		}
 	}
-	now, err := readHost(nil)
+	now, err := readHost(base.network, nil)
 	if err != nil {
 		return []error{err}
 	}
@@ -478,7 +496,7 @@ func (h *hostState) verify(extra ...string) []error {
 			break
 		}
 	}
-	now, err := readHost(extra)
+	now, err := readHost(h.network, extra)
 	if err != nil {
 		return []error{err}
 	}
@@ -487,7 +505,7 @@ func (h *hostState) verify(extra ...string) []error {
 		errs = append(errs, fmt.Errorf("%s: before %v, now %v", what, before, after))
 	}
 	for _, s := range hostSysctls {
-		if h.sysctls[s] != now.sysctls[s] {
+		if _, read := h.sysctls[s]; read && h.sysctls[s] != now.sysctls[s] {
 			diff("sysctl "+strings.ReplaceAll(s, "/", "."), h.sysctls[s], now.sysctls[s])
 		}
 	}

@@ -187,9 +187,16 @@ func debianRoot(t *testing.T, cacheDir string, packages []string) string {
 		return tarball
 	}
 	start := time.Now()
-	tmp := tarball + ".partial"
-	if _, err := run(10*time.Minute, "mmdebstrap", "--quiet", "--variant=minbase", "--format=tar",
-		"--include="+strings.Join(packages, ","), "bookworm", tmp); err != nil {
+	// A name of its own: make e2e-k8s and make e2e-vm may make the same
+	// base at once; the last rename wins, with the same contents.
+	tmp := fmt.Sprintf("%s.%d.partial", tarball, os.Getpid())
+	cmd := []string{"mmdebstrap", "--quiet", "--variant=minbase", "--format=tar", "--include=" + strings.Join(packages, ","), "bookworm", tmp}
+	if guestsOnly() {
+		// This run's network namespace has no way out (test/vm/netns.sh):
+		// mmdebstrap fetches the packages from the host's, PID 1's.
+		cmd = append([]string{"nsenter", "--net=/proc/1/ns/net", "--"}, cmd...)
+	}
+	if _, err := run(10*time.Minute, cmd...); err != nil {
 		os.RemoveAll(tmp)
 		t.Fatalf("make a node image's base: %v", err)
 	}

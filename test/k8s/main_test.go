@@ -54,6 +54,8 @@ func TestMain(m *testing.M) {
 		}
 		if len(errs) > 0 {
 			code = 1
+		} else if guestsOnly() {
+			fmt.Println("network namespace put back: its sysctls, iptables and nftables and links, and the fixture's processes, as before the run")
 		} else {
 			fmt.Println("host put back: sysctls, iptables and nftables, links, cgroups, mounts, directories and processes as before the run")
 		}
@@ -85,11 +87,23 @@ type cluster struct {
 	nodeImageErr error
 }
 
+// guestsOnly says that this run's nodes all run in guests
+// (NODEINIT_K8S_GUESTS_ONLY=1): make e2e-vm runs the VM suite so, in a
+// network and mount namespace of its own (test/vm/netns.sh), beside make
+// e2e-k8s on the same machine. Its fixture then owns only that network
+// namespace (hostState), and runs no node on the host.
+func guestsOnly() bool {
+	return os.Getenv("NODEINIT_K8S_GUESTS_ONLY") == "1"
+}
+
 // getCluster returns the shared fixture, starting it on first use. A fixture
 // that cannot start fails every test that needs it, with the same reason.
 func getCluster(t *testing.T) *cluster {
 	t.Helper()
 	testenv.RequireRoot(t)
+	if guestsOnly() && !strings.HasPrefix(t.Name(), "TestModernHost") {
+		t.Fatal("NODEINIT_K8S_GUESTS_ONLY=1: this run's fixture owns only its network namespace and runs nodes in guests only; run this test without it")
+	}
 	for _, tool := range []string{"etcd", "containerd", "ctr", "runc", "podman", "iptables-save", "iptables-restore", "nft", "ip", "unshare", "busybox"} {
 		testenv.RequireTool(t, tool)
 	}
@@ -136,7 +150,7 @@ func scriptDir(t *testing.T, script string, args ...string) string {
 }
 
 func startCluster(t *testing.T) (c *cluster, err error) {
-	base, err := readHost(nil)
+	base, err := readHost(guestsOnly(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("read the host's state: %w", err)
 	}
@@ -161,8 +175,10 @@ func startCluster(t *testing.T) (c *cluster, err error) {
 			return c, fmt.Errorf("%s is missing from %s: run make k8s", b, c.bin)
 		}
 	}
-	if c.nodeIP, err = hostIP(); err != nil {
-		return c, err
+	if !guestsOnly() {
+		if c.nodeIP, err = hostIP(); err != nil {
+			return c, err
+		}
 	}
 
 	start := time.Now()
@@ -203,7 +219,7 @@ func startCluster(t *testing.T) (c *cluster, err error) {
 func refuseLiveNode(base *hostState) error {
 	for _, name := range []string{"kubelet", "kube-proxy", "kube-apiserver", "etcd"} {
 		if pids := processesNamed(name); len(pids) > 0 {
-			return fmt.Errorf("a %s runs on this host already (pid %v): the real-node tests need a machine of their own", name, pids)
+			return fmt.Errorf("a %s runs on this host's network already (pid %v): the real-node tests need a machine of their own", name, pids)
 		}
 	}
 	var found []string
@@ -225,16 +241,24 @@ func refuseLiveNode(base *hostState) error {
 	return nil
 }
 
-// processesNamed lists the pids whose command name is name.
+// processesNamed lists the pids whose command name is name, in this
+// process's network namespace: one in another (a node container's, or the
+// VM suite's beside make e2e-k8s) holds none of this namespace's ports and
+// programs none of its rules.
 func processesNamed(name string) []int {
 	var pids []int
+	self, _ := os.Readlink("/proc/self/ns/net")
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		var pid int
 		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
 			continue
 		}
-		if st, err := testenv.ReadStat(pid); err == nil && st.Comm == name {
+		if st, err := testenv.ReadStat(pid); err != nil || st.Comm != name {
+			continue
+		}
+		// A zombie has no namespaces left to read: it counts.
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid)); err != nil || ns == self {
 			pids = append(pids, pid)
 		}
 	}
