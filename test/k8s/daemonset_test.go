@@ -1444,20 +1444,8 @@ func kubeletListening() int {
 func (m *monitor) report(t *testing.T) {
 	t.Helper()
 	m.reportRequests(t)
-	m.notReady(t)
-	var notReady time.Duration
 	// One starting status for each kubelet that took the lock, at most.
-	starting, incoming := 0, m.kubeletsTakingOver()
-	for _, s := range m.notReadySpans() {
-		if kubeletStarting(s.why) && s.took <= kubeletStartingBound && starting < incoming {
-			starting++
-			t.Logf("the Node not Ready from %s for %v is an incoming kubelet's first status (%d of the %d kubelets that took the lock), posted before its first relist of the pods (the lease renewed on time)",
-				s.from.Format("15:04:05.000"), s.took.Round(time.Millisecond), starting, incoming)
-			continue
-		}
-		notReady += s.took
-	}
-	if notReady > 0 {
+	if notReady := m.notReadyBesidesStarts(t, m.kubeletsTakingOver()); notReady > 0 {
 		t.Errorf("the Node was not Ready for %v during the handovers; want 0", notReady.Round(time.Millisecond))
 	}
 	m.mu.Lock()
@@ -1531,6 +1519,27 @@ func (m *monitor) notReady(t *testing.T) time.Duration {
 		t.Logf("the Node was not Ready from %s for %v: %s", s.from.Format("15:04:05.000"), s.took.Round(time.Millisecond), s.why)
 	}
 	t.Logf("the Node was not Ready for %v in all (Ready changes seen: %d)", notReady.Round(time.Millisecond), len(m.readyChanges()))
+	return notReady
+}
+
+// notReadyBesidesStarts logs the Node's not-Ready spans and returns how
+// long it was not Ready besides one starting status (kubeletStarting,
+// within kubeletStartingBound) for each of the starts kubelets that
+// started meanwhile.
+func (m *monitor) notReadyBesidesStarts(t *testing.T, starts int) time.Duration {
+	t.Helper()
+	m.notReady(t)
+	var notReady time.Duration
+	starting := 0
+	for _, s := range m.notReadySpans() {
+		if kubeletStarting(s.why) && s.took <= kubeletStartingBound && starting < starts {
+			starting++
+			t.Logf("the Node not Ready from %s for %v is a starting kubelet's first status (%d of the %d kubelets that started), posted before its first relist of the pods",
+				s.from.Format("15:04:05.000"), s.took.Round(time.Millisecond), starting, starts)
+			continue
+		}
+		notReady += s.took
+	}
 	return notReady
 }
 
