@@ -191,10 +191,10 @@ func debianRoot(t *testing.T, cacheDir string, packages []string) string {
 	// base at once; the last rename wins, with the same contents.
 	tmp := fmt.Sprintf("%s.%d.partial", tarball, os.Getpid())
 	cmd := []string{"mmdebstrap", "--quiet", "--variant=minbase", "--format=tar", "--include=" + strings.Join(packages, ","), "bookworm", tmp}
-	if guestsOnly() {
+	if ns := os.Getenv("NODEINIT_HOST_NETNS"); ns != "" {
 		// This run's network namespace has no way out (test/vm/netns.sh):
-		// mmdebstrap fetches the packages from the host's, PID 1's.
-		cmd = append([]string{"nsenter", "--net=/proc/1/ns/net", "--"}, cmd...)
+		// mmdebstrap fetches the packages from the one netns.sh started in.
+		cmd = append([]string{"nsenter", "--net=" + ns, "--"}, cmd...)
 	}
 	if _, err := run(10*time.Minute, cmd...); err != nil {
 		os.RemoveAll(tmp)
