@@ -23,7 +23,7 @@ vm-image: ## the VM suite's guest: a Debian systemd host, cgroup v2 only, as an 
 # make e2e-vm runs the suite in a network and mount namespace of its own
 # (test/vm/netns.sh), with a fixture that owns only that namespace
 # (NODEINIT_K8S_GUESTS_ONLY): so it runs beside make e2e-k8s, whose tests
-# leave most of a core idle while the guest's emulation wants both.
+# leave more than a core idle, and the guest's emulation takes about one.
 e2e-vm: build ## the real-node tests on a cgroup v2 systemd host booted under qemu: the node image in the guest's podman (root; runs beside make e2e-k8s)
 	@rm -rf $(VM_LOGS); img=$$(test/vm/build-image.sh $(VM_CACHE) | tail -n 1) && \
 	  bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
