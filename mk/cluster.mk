@@ -39,7 +39,7 @@ cluster-load: ## load image archives (IMAGES="app.tar ...", podman save or docke
 	@test -n "$(IMAGES)" || { echo 'make cluster-load: name the archives: IMAGES="app.tar ..."'; exit 2; }
 	$(GO) run ./test/cluster/cmd/cluster load --name=$(NAME) $(if $(CLUSTER_DIR),--dir=$(CLUSTER_DIR)) $(abspath $(IMAGES))
 
-e2e-cluster: build $(BIN)/pause ## the cluster test: 3 nodes up, pod network, Services, DNS, logs/exec, a node stopped and started, the cluster deleted and nothing left (root)
+e2e-cluster: build $(BIN)/pause ## the cluster test: 3 nodes up, pod network, Services, DNS, logs/exec, a pull through the registry, a node stopped and started, the cluster deleted and nothing left (root)
 	@bin=$$(test/k8s/build/build.sh | tail -n 1) && net=$$(test/cluster/build/build.sh | tail -n 1) && \
 	  NODEINIT_K8S_BIN=$$bin NODEINIT_CLUSTER_BIN=$$net \
 	  $(GO) test -tags cluster -count=1 -json -timeout $(E2E_CLUSTER_TIMEOUT) ./test/cluster | $(FAILURES)

@@ -98,13 +98,14 @@ spec:
 
 // TestCluster brings up a cluster of three nodeinit nodes (each running
 // its own containerd; systemd nodes with NODEINIT_CLUSTER_FLAVOR=systemd)
-// with flannel and CoreDNS, and checks what a user of
-// kind relies on: a DaemonSet's pod on every node, pod to pod across
-// nodes, a ClusterIP and a NodePort Service from every node, a Service
-// resolved by name through CoreDNS, kubectl logs and exec to a pod on
-// each node; then one node drained and stopped (its pods rescheduled) and
-// started again (the same machine-id, Ready); then the cluster deleted,
-// with nothing of it left on the machine.
+// with flannel and CoreDNS, and checks what a user of kind relies on: a
+// DaemonSet's pod on every node, pod to pod across nodes, a ClusterIP and
+// a NodePort Service from every node, a Service resolved by name through
+// CoreDNS, kubectl logs and exec to a pod on each node, an image pulled
+// always through the cluster's registry (a mirror of a registry the
+// machine cannot reach); then one node drained and stopped (its pods
+// rescheduled) and started again (the same machine-id, Ready); then the
+// cluster deleted, with nothing of it left on the machine.
 func TestCluster(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, tool := range []string{"podman", "mmdebstrap", "runc", "etcd", "nft", "busybox"} {
@@ -244,6 +245,55 @@ func TestCluster(t *testing.T) {
 				t.Errorf("the API server's proxy to %s (on %s): %q, %v", p.name, p.node, out, err)
 			}
 		}
+	})
+
+	// A pod whose image is pulled always, from a registry this machine
+	// cannot reach: with the cluster's registry as its mirror each node's
+	// containerd pulls it from there; without, the pull fails. The image
+	// is the cluster's busybox with a label of its own, so an image of its
+	// own: once the kubelet has pulled an image under one name, it pulls
+	// again to check any other name of the same image before a pod may
+	// run it (its pulled-image records), and the busybox the nodes were
+	// loaded with has no registry to be pulled from.
+	t.Run("PullAlwaysThroughTheRegistry", func(t *testing.T) {
+		testenv.RequireTool(t, "docker-registry")
+		const image = "registry.k8s.io/nodeinit-test/busybox:pull-always"
+		start := time.Now()
+		work := t.TempDir()
+		df := filepath.Join(work, "Dockerfile")
+		must(t, os.WriteFile(df, []byte("FROM "+cluster.BusyboxImage+"\nLABEL org.opencontainers.image.title=pull-always\n"), 0o644))
+		archive := filepath.Join(work, "pull-always.tar")
+		for _, args := range [][]string{
+			{"build", "-q", "--network=none", "-f", df, "-t", image, work},
+			{"save", "--format", "docker-archive", "-o", archive, image},
+			{"rmi", image},
+		} {
+			_, err := c.Podman(5*time.Minute, args...)
+			must(t, err)
+		}
+		reg, err := c.StartRegistry(filepath.Join(work, "registry"))
+		must(t, err)
+		defer func() { must(t, reg.Stop()) }()
+		must(t, reg.Push([]string{archive}, nil))
+		must(t, reg.Mirror("registry.k8s.io"))
+		t.Logf("registry on %s up, busybox pushed, the nodes' mirror of registry.k8s.io in %v", reg.Addr, r(time.Since(start)))
+		for _, n := range c.NodeNames {
+			pod := "pull-always-" + n
+			must(t, kubectl(c, time.Minute, "run", pod, "--image="+image, "--image-pull-policy=Always", "--restart=Never",
+				`--overrides={"spec":{"nodeName":"`+n+`"}}`, "--", "true"))
+			must(t, kubectl(c, 2*time.Minute, "wait", "pod/"+pod, "--for=jsonpath={.status.phase}=Succeeded", "--timeout=120s"))
+			events, err := kubectlOut(c, time.Minute, "get", "events", "--field-selector=involvedObject.name="+pod, "-o", "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}")
+			must(t, err)
+			if !strings.Contains(events, "Successfully pulled image \""+image+"\"") {
+				t.Errorf("pod %s on %s: no pull of %s in its events:\n%s", pod, n, image, events)
+			}
+			must(t, kubectl(c, time.Minute, "delete", "pod", pod, "--wait=false"))
+		}
+		must(t, reg.Unmirror("registry.k8s.io"))
+		pod := "pull-always-unmirrored"
+		must(t, kubectl(c, time.Minute, "run", pod, "--image="+image, "--image-pull-policy=Always", "--restart=Never", "--", "true"))
+		must(t, kubectl(c, 2*time.Minute, "wait", "pod/"+pod, "--for=jsonpath={.status.containerStatuses[0].state.waiting.reason}=ErrImagePull", "--timeout=120s"))
+		must(t, kubectl(c, time.Minute, "delete", "pod", pod, "--wait=false"))
 	})
 
 	// A rolling update of the DaemonSet: every pod replaced, one on each
