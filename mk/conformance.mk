@@ -13,6 +13,9 @@
 # of your own, CONFORMANCE_FOCUS='\[Conformance\]' say, which then wins.
 CONFORMANCE_SPECS   ?= test/k8s/conformance/ci-specs.txt
 CONFORMANCE_FOCUS   ?=
+# A ginkgo label filter that narrows what the specs or the focus select:
+# 'NodeConformance && !Conformance', say.
+CONFORMANCE_LABELS  ?=
 # The nodes: empty, one nodeinit node on the real-node suite's control
 # plane; or the directory of a cluster make cluster brought up
 # (/var/lib/nodeinit-cluster/nodeinit for make cluster's default), whose
@@ -39,7 +42,7 @@ conformance: ## Kubernetes' e2e suite on a nodeinit node or CONFORMANCE_CLUSTER'
 	  echo "Kubernetes binaries: $$bin; the e2e suite: $$suite; CoreDNS: $$net" && \
 	  NODEINIT_K8S_BIN=$$bin NODEINIT_CONFORMANCE_BIN=$$suite NODEINIT_CLUSTER_BIN=$$net \
 	  NODEINIT_CONFORMANCE_REPORT=$(abspath $(CONFORMANCE_REPORT)) NODEINIT_CONFORMANCE_TIMEOUT=$(CONFORMANCE_TIMEOUT) \
-	  NODEINIT_CONFORMANCE_PROCS=$(CONFORMANCE_PROCS) $(if $(CONFORMANCE_CLUSTER),NODEINIT_CONFORMANCE_CLUSTER=$(abspath $(CONFORMANCE_CLUSTER))) \
+	  NODEINIT_CONFORMANCE_PROCS=$(CONFORMANCE_PROCS) NODEINIT_CONFORMANCE_LABELS='$(CONFORMANCE_LABELS)' $(if $(CONFORMANCE_CLUSTER),NODEINIT_CONFORMANCE_CLUSTER=$(abspath $(CONFORMANCE_CLUSTER))) \
 	  $(if $(CONFORMANCE_FOCUS),NODEINIT_CONFORMANCE_FOCUS='$(CONFORMANCE_FOCUS)',NODEINIT_CONFORMANCE_SPECS=$(abspath $(CONFORMANCE_SPECS))) \
 	  $(GO) test -tags k8s -count=1 -json -timeout $(CONFORMANCE_GO_TIMEOUT) -run '^TestConformance$$' ./test/k8s | $(FAILURES)
 

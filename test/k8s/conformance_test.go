@@ -36,6 +36,8 @@ const (
 	conformanceBusybox = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
 	conformancePause   = "registry.k8s.io/pause:3.10.2"
 	conformanceNginx   = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
+	// conformanceRegistry is where the suite's images come from.
+	conformanceRegistry = "registry.k8s.io"
 )
 
 // conformanceAgnhostPackages are the Debian packages of the agnhost image's
@@ -133,9 +135,14 @@ func TestConformance(t *testing.T) {
 	// One pass, or with several processes two, as Kubernetes' CI runs the
 	// suite: the [Serial] specs (labelled Serial) must have the cluster to
 	// themselves, so they run after the others, on one process.
-	passes := []conformancePass{{name: "", procs: 1}}
+	// NODEINIT_CONFORMANCE_LABELS, a ginkgo label filter, narrows the
+	// focus: NodeConformance && !Conformance, say, for the node's specs
+	// that a [Conformance] run leaves out.
+	labels := os.Getenv("NODEINIT_CONFORMANCE_LABELS")
+	passes := []conformancePass{{name: "", procs: 1, labels: labels}}
 	if procs > 1 {
-		passes = []conformancePass{{name: "parallel", procs: procs, labels: "!Serial"}, {name: "serial", procs: 1, labels: "Serial"}}
+		passes = []conformancePass{{name: "parallel", procs: procs, labels: andLabels(labels, "!Serial")},
+			{name: "serial", procs: 1, labels: andLabels(labels, "Serial")}}
 	}
 	var cases []conformanceCase
 	var runErrs []error
@@ -245,12 +252,53 @@ func conformanceOnCluster(t *testing.T, suite, dir string) conformanceNodes {
 		}
 	})
 	start := time.Now()
-	must(t, cl.LoadArchives(conformanceImages(t, suite, p, work, filepath.Join(cl.NetBin, "coredns"))...))
-	for _, alias := range append(conformanceAliases, [2]string{nodecluster.PauseImage, conformancePause}) {
+	archives := conformanceImages(t, suite, p, work, filepath.Join(cl.NetBin, "coredns"))
+	aliases := append(conformanceAliases, [2]string{nodecluster.PauseImage, conformancePause})
+
+	// The specs whose pods pull always (ImageVolume's, PodCertificate's)
+	// pull from registry.k8s.io, which this machine cannot reach: the
+	// nodes' containerd pulls from a registry on the host, a mirror of it
+	// holding every image above, as a connected cluster would. It is
+	// filled while the images are loaded into the nodes.
+	testenv.RequireTool(t, "docker-registry")
+	r, err := cl.StartRegistry(filepath.Join(work, "registry"))
+	must(t, err)
+	t.Cleanup(func() {
+		if err := r.Unmirror(conformanceRegistry); err != nil {
+			t.Error(err)
+		}
+		if err := r.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	var pushErr error
+	pushed := make(chan struct{})
+	t.Cleanup(func() { <-pushed }) // before the registry stops, on a failure too
+	go func() {
+		defer close(pushed)
+		pushStart := time.Now()
+		pushErr = r.Push(append(archives, cl.ImageArchive(nodecluster.PauseImage)), aliases)
+		if pushErr == nil {
+			pushErr = r.Mirror(conformanceRegistry)
+		}
+		t.Logf("the suite's images pushed into a registry on %s, the nodes' mirror of %s, in %v", r.Addr, conformanceRegistry, time.Since(pushStart).Round(100*time.Millisecond))
+	}()
+	must(t, cl.LoadArchives(archives...))
+	for _, alias := range aliases {
 		must(t, cl.TagImage(alias[0], alias[1]))
 	}
 	t.Logf("the suite's images loaded into the %d nodes in %v", len(cl.NodeNames), time.Since(start).Round(100*time.Millisecond))
+	<-pushed
+	must(t, pushErr)
 	return conformanceNodes{kubeconfig: cl.Kubeconfig(), kubectl: filepath.Join(cl.K8sBin, "kubectl"), count: len(cl.NodeNames)}
+}
+
+// andLabels is both ginkgo label filters, a and b; a may be empty.
+func andLabels(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return "(" + a + ") && " + b
 }
 
 // conformancePass is one run of the suite: e2e.test itself on one
