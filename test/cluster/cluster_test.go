@@ -271,7 +271,7 @@ func TestCluster(t *testing.T) {
 			_, err := c.Podman(5*time.Minute, args...)
 			must(t, err)
 		}
-		reg, err := c.StartRegistry(filepath.Join(work, "registry"))
+		reg, err := c.StartRegistry(filepath.Join(work, "registry-store"), filepath.Join(work, "registry"))
 		must(t, err)
 		defer func() { must(t, reg.Stop()) }()
 		must(t, reg.Push([]string{archive}, nil))

@@ -55,19 +55,22 @@ type Registry struct {
 	log  string
 }
 
-// StartRegistry starts docker-registry with its store and log in dir and
-// waits until it answers. Stop ends it.
-func (c *Cluster) StartRegistry(dir string) (*Registry, error) {
+// StartRegistry starts docker-registry with its images in store and its
+// configuration and log in dir, and waits until it answers. Stop ends it.
+// A store holds no address: one filled once serves any cluster later.
+func (c *Cluster) StartRegistry(store, dir string) (*Registry, error) {
 	bin, err := exec.LookPath("docker-registry")
 	if err != nil {
 		return nil, errors.New("docker-registry is not installed (Debian's docker-registry package): a cluster's registry needs it")
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "store"), 0o700); err != nil {
-		return nil, err
+	for _, d := range []string{store, dir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
 	}
 	addr := net.JoinHostPort(c.Gateway, registryPort)
 	conf := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, registryConfig, filepath.Join(dir, "store"), addr), 0o644); err != nil {
+	if err := os.WriteFile(conf, fmt.Appendf(nil, registryConfig, store, addr), 0o644); err != nil {
 		return nil, err
 	}
 	r := &Registry{Addr: addr, c: c, done: make(chan error, 1), log: filepath.Join(dir, "registry.log")}

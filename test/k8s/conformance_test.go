@@ -258,39 +258,106 @@ func conformanceOnCluster(t *testing.T, suite, dir string) conformanceNodes {
 	// The specs whose pods pull always (ImageVolume's, PodCertificate's)
 	// pull from registry.k8s.io, which this machine cannot reach: the
 	// nodes' containerd pulls from a registry on the host, a mirror of it
-	// holding every image above, as a connected cluster would. It is
-	// filled while the images are loaded into the nodes.
+	// holding every image above, as a connected cluster would. Its store
+	// is kept beside the suite's images, filled (the first time) while the
+	// images are loaded into the nodes.
 	testenv.RequireTool(t, "docker-registry")
-	r, err := cl.StartRegistry(filepath.Join(work, "registry"))
-	must(t, err)
+	pushed := slices.Concat(archives, []string{cl.ImageArchive(nodecluster.PauseImage)})
+	// The key: the archives' names, which say what each is made of, and
+	// the pause program (each cluster builds its own pause image of it).
+	var names []string
+	for _, a := range archives {
+		names = append(names, filepath.Base(a))
+	}
+	names = append(names, cl.Pause)
+	for _, alias := range aliases {
+		names = append(names, alias[0]+"="+alias[1])
+	}
+	store := filepath.Join(suite, "images", "registry-"+conformanceKey(t, names...))
+	var (
+		reg    *nodecluster.Registry
+		regErr error
+	)
+	regDone := make(chan struct{})
 	t.Cleanup(func() {
-		if err := r.Unmirror(conformanceRegistry); err != nil {
+		<-regDone // on a failure too
+		if reg == nil {
+			return
+		}
+		if err := reg.Unmirror(conformanceRegistry); err != nil {
 			t.Error(err)
 		}
-		if err := r.Stop(); err != nil {
+		if err := reg.Stop(); err != nil {
 			t.Error(err)
 		}
 	})
-	var pushErr error
-	pushed := make(chan struct{})
-	t.Cleanup(func() { <-pushed }) // before the registry stops, on a failure too
 	go func() {
-		defer close(pushed)
-		pushStart := time.Now()
-		pushErr = r.Push(append(archives, cl.ImageArchive(nodecluster.PauseImage)), aliases)
-		if pushErr == nil {
-			pushErr = r.Mirror(conformanceRegistry)
+		defer close(regDone)
+		regStart := time.Now()
+		var filled bool
+		reg, filled, regErr = conformanceStartRegistry(cl, store, work, pushed, aliases)
+		if regErr == nil {
+			t.Logf("a registry on %s, the nodes' mirror of %s, up in %v (its store filled: %v)", reg.Addr, conformanceRegistry, time.Since(regStart).Round(100*time.Millisecond), filled)
 		}
-		t.Logf("the suite's images pushed into a registry on %s, the nodes' mirror of %s, in %v", r.Addr, conformanceRegistry, time.Since(pushStart).Round(100*time.Millisecond))
 	}()
 	must(t, cl.LoadArchives(archives...))
 	for _, alias := range aliases {
 		must(t, cl.TagImage(alias[0], alias[1]))
 	}
 	t.Logf("the suite's images loaded into the %d nodes in %v", len(cl.NodeNames), time.Since(start).Round(100*time.Millisecond))
-	<-pushed
-	must(t, pushErr)
+	<-regDone
+	must(t, regErr)
 	return conformanceNodes{kubeconfig: cl.Kubeconfig(), kubectl: filepath.Join(cl.K8sBin, "kubectl"), count: len(cl.NodeNames)}
+}
+
+// conformanceStartRegistry starts the cluster's registry on store and
+// makes it the nodes' mirror of registry.k8s.io. A store that is not
+// there is filled first with the archives' images (and aliases): in a
+// store of the run's own, renamed into place once whole, so that two runs
+// side by side never share a partial one; stores of other images go.
+func conformanceStartRegistry(cl *nodecluster.Cluster, store, work string, archives []string, aliases [][2]string) (r *nodecluster.Registry, filled bool, err error) {
+	if _, err := os.Stat(store); err != nil {
+		partial := fmt.Sprintf("%s.partial-%d", store, os.Getpid())
+		if err := os.RemoveAll(partial); err != nil {
+			return nil, false, err
+		}
+		fill, err := cl.StartRegistry(partial, filepath.Join(work, "registry-fill"))
+		if err != nil {
+			return nil, false, err
+		}
+		err = fill.Push(archives, aliases)
+		if serr := fill.Stop(); err == nil {
+			err = serr
+		}
+		if err == nil {
+			err = os.Rename(partial, store)
+			if _, serr := os.Stat(store); err != nil && serr == nil {
+				err = nil // another run's, whole, came first
+			}
+		}
+		if rerr := os.RemoveAll(partial); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		filled = true
+		stale, _ := filepath.Glob(filepath.Join(filepath.Dir(store), "registry-*"))
+		for _, d := range stale {
+			if d != store && !strings.Contains(filepath.Base(d), ".partial-") {
+				_ = os.RemoveAll(d)
+			}
+		}
+	}
+	r, err = cl.StartRegistry(store, filepath.Join(work, "registry"))
+	if err != nil {
+		return nil, filled, err
+	}
+	if err := r.Mirror(conformanceRegistry); err != nil {
+		_ = r.Stop()
+		return nil, filled, err
+	}
+	return r, filled, nil
 }
 
 // andLabels is both ginkgo label filters, a and b; a may be empty.
