@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -548,8 +549,12 @@ func conformanceImages(t *testing.T, suite string, p *podman, work, coredns stri
 	must(t, os.MkdirAll(dir, 0o755))
 
 	// agnhost: the program built with the suite, on a Debian root.
+	// Its fake registry (fake-registry-server serves /var/registry) holds
+	// a pause image under the tag "testing", as upstream's holds pause
+	// 3.10.2: the nodes' own pause program.
 	agnhostDef := filepath.Join(root, "images", "agnhost", "Dockerfile")
-	agnhost := filepath.Join(dir, "agnhost-"+conformanceKey(t, agnhostDef, strings.Join(conformanceAgnhostPackages, ","))+".tar")
+	pause := testenv.Build(t, "./test/k8s/pause")
+	agnhost := filepath.Join(dir, "agnhost-"+conformanceKey(t, agnhostDef, strings.Join(conformanceAgnhostPackages, ","), pause)+".tar")
 	if !fileExists(agnhost) {
 		base := debianRoot(t, filepath.Dir(suite), conformanceAgnhostPackages)
 		const baseImage = "localhost/nodeinit-conformance-agnhost-base:test"
@@ -561,6 +566,7 @@ func conformanceImages(t *testing.T, suite string, p *podman, work, coredns stri
 		for _, f := range []string{"localhost.crt", "localhost.key"} {
 			must(t, linkOrCopy(filepath.Join(suite, "agnhost-files", f), filepath.Join(ctxDir, f)))
 		}
+		conformanceFakeRegistry(t, p, pause, work, filepath.Join(ctxDir, "registry", "pause"), "testing")
 		conformanceBuild(t, p, agnhostDef, ctxDir, agnhost, conformanceAgnhost, "BASE="+baseImage)
 	}
 
@@ -736,6 +742,67 @@ func conformanceBuild(t *testing.T, p *podman, def, ctxDir, archive, tag string,
 	}
 	must(t, os.Rename(tmp, archive))
 	t.Logf("%s built from %s in %v", tag, def, time.Since(start).Round(100*time.Millisecond))
+}
+
+// conformanceFakeRegistry lays an image of the pause program out in dir as
+// agnhost's fake-registry-server serves it, under tag: the manifest in
+// manifests/ and the config and layers in blobs/, each at
+// sha256/<first two>/<hash>/data, and a file named after the tag holding
+// the manifest's digest.
+func conformanceFakeRegistry(t *testing.T, p *podman, pause, work, dir, tag string) {
+	t.Helper()
+	ctxDir := filepath.Join(work, "images", "fake-registry-pause")
+	must(t, linkOrCopy(pause, filepath.Join(ctxDir, "pause")))
+	const image = "localhost/nodeinit-conformance-fake-registry-pause:test"
+	must(t, p.build(image, "FROM scratch\nCOPY pause /pause\nENTRYPOINT [\"/pause\"]\n", ctxDir))
+	oci := filepath.Join(work, "fake-registry-pause.oci")
+	if _, err := p.run(time.Minute, "save", "--format", "oci-dir", "-o", oci, image); err != nil {
+		t.Fatal(err)
+	}
+	blob := func(digest string) string {
+		algo, hash, _ := strings.Cut(digest, ":")
+		return filepath.Join(oci, "blobs", algo, hash)
+	}
+	place := func(digest, under string) {
+		t.Helper()
+		algo, hash, ok := strings.Cut(digest, ":")
+		if !ok || len(hash) < 2 {
+			t.Fatalf("the pause image's OCI layout names a digest %q", digest)
+		}
+		must(t, linkOrCopy(blob(digest), filepath.Join(dir, under, algo, hash[:2], hash, "data")))
+	}
+	var index struct {
+		Manifests []struct{ Digest string } `json:"manifests"`
+	}
+	b, err := os.ReadFile(filepath.Join(oci, "index.json"))
+	must(t, err)
+	must(t, json.Unmarshal(b, &index))
+	if len(index.Manifests) != 1 {
+		t.Fatalf("the pause image's OCI layout holds %d manifests, not one", len(index.Manifests))
+	}
+	digest := index.Manifests[0].Digest
+	var manifest struct {
+		MediaType string                    `json:"mediaType"`
+		Config    struct{ Digest string }   `json:"config"`
+		Layers    []struct{ Digest string } `json:"layers"`
+	}
+	b, err = os.ReadFile(blob(digest))
+	must(t, err)
+	must(t, json.Unmarshal(b, &manifest))
+	if manifest.MediaType == "" {
+		// The server answers with the manifest's own mediaType as its
+		// Content-Type; a client cannot read one without.
+		t.Fatalf("the pause image's manifest %s names no mediaType", digest)
+	}
+	place(digest, "manifests")
+	place(manifest.Config.Digest, "blobs")
+	for _, l := range manifest.Layers {
+		place(l.Digest, "blobs")
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "manifests", tag), []byte(digest+"\n"), 0o644))
+	if _, err := p.run(time.Minute, "rmi", image); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // conformanceKey is a short hash of files' contents and more strings (a
