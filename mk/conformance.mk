@@ -19,7 +19,7 @@ CONFORMANCE_LABELS  ?=
 # The nodes: empty, one nodeinit node on the real-node suite's control
 # plane; or the directory of a cluster make cluster brought up
 # (/var/lib/nodeinit-cluster/nodeinit for make cluster's default), whose
-# nodes the suite's images are loaded into.
+# nodes pull the suite's images from a registry on the host.
 CONFORMANCE_CLUSTER ?=
 # ginkgo processes: above 1 the [Serial] specs run after the rest, alone.
 CONFORMANCE_PROCS   ?= 1

@@ -240,15 +240,6 @@ func (c *Cluster) LoadArchives(archives ...string) error {
 	return c.eachNode(func(node string) error { return c.importInto(node, archives) })
 }
 
-// TagImage gives the image from a second name, to, in every node's
-// containerd.
-func (c *Cluster) TagImage(from, to string) error {
-	return c.eachNode(func(node string) error {
-		_, err := c.podman.run(time.Minute, "exec", node, "ctr", "--namespace=k8s.io", "images", "tag", "--force", from, to)
-		return err
-	})
-}
-
 // eachNode runs f for every node, concurrentLoads at a time, and returns
 // the first error.
 func (c *Cluster) eachNode(f func(node string) error) error {

@@ -229,12 +229,14 @@ func (c *cluster) conformanceOnNode(t *testing.T, suite, report string) conforma
 }
 
 // conformanceOnCluster makes the suite's images with a podman store of its
-// own and loads them into every node of the cluster in dir (make cluster):
-// each node runs its own containerd.
+// own and serves them to the nodes of the cluster in dir (make cluster)
+// from a registry on the host: each node's containerd pulls them as it
+// needs them, through the registry as its mirror of registry.k8s.io.
 func conformanceOnCluster(t *testing.T, suite, dir string) conformanceNodes {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "podman")
+	testenv.RequireTool(t, "docker-registry")
 	cl, err := nodecluster.Open(dir, t.Logf)
 	if err != nil {
 		t.Fatalf("%v (make cluster brings a cluster up)", err)
@@ -252,17 +254,15 @@ func conformanceOnCluster(t *testing.T, suite, dir string) conformanceNodes {
 			t.Error(err)
 		}
 	})
-	start := time.Now()
 	archives := conformanceImages(t, suite, p, work, filepath.Join(cl.NetBin, "coredns"))
 	aliases := append(conformanceAliases, [2]string{nodecluster.PauseImage, conformancePause})
 
-	// The specs whose pods pull always (ImageVolume's, PodCertificate's)
-	// pull from registry.k8s.io, which this machine cannot reach: the
-	// nodes' containerd pulls from a registry on the host, a mirror of it
-	// holding every image above, as a connected cluster would. Its store
-	// is kept beside the suite's images, filled (the first time) while the
-	// images are loaded into the nodes.
-	testenv.RequireTool(t, "docker-registry")
+	// The nodes pull every image of the suite, as a connected cluster's
+	// would, from registry.k8s.io, which this machine cannot reach: a
+	// registry on the host is their mirror of it, holding the images
+	// above and their second names. Its store is kept beside the suite's
+	// images, so a run that finds it has the registry up in seconds, and
+	// a node pulls only the images its pods run.
 	pushed := slices.Concat(archives, []string{cl.ImageArchive(nodecluster.PauseImage)})
 	// The key: the archives' names, which say what each is made of, and
 	// the pause program (each cluster builds its own pause image of it).
@@ -275,16 +275,10 @@ func conformanceOnCluster(t *testing.T, suite, dir string) conformanceNodes {
 		names = append(names, alias[0]+"="+alias[1])
 	}
 	store := filepath.Join(suite, "images", "registry-"+conformanceKey(t, names...))
-	var (
-		reg    *nodecluster.Registry
-		regErr error
-	)
-	regDone := make(chan struct{})
+	start := time.Now()
+	reg, filled, err := conformanceStartRegistry(cl, store, work, pushed, aliases)
+	must(t, err)
 	t.Cleanup(func() {
-		<-regDone // on a failure too
-		if reg == nil {
-			return
-		}
 		if err := reg.Unmirror(conformanceRegistry); err != nil {
 			t.Error(err)
 		}
@@ -292,22 +286,8 @@ func conformanceOnCluster(t *testing.T, suite, dir string) conformanceNodes {
 			t.Error(err)
 		}
 	})
-	go func() {
-		defer close(regDone)
-		regStart := time.Now()
-		var filled bool
-		reg, filled, regErr = conformanceStartRegistry(cl, store, work, pushed, aliases)
-		if regErr == nil {
-			t.Logf("a registry on %s, the nodes' mirror of %s, up in %v (its store filled: %v)", reg.Addr, conformanceRegistry, time.Since(regStart).Round(100*time.Millisecond), filled)
-		}
-	}()
-	must(t, cl.LoadArchives(archives...))
-	for _, alias := range aliases {
-		must(t, cl.TagImage(alias[0], alias[1]))
-	}
-	t.Logf("the suite's images loaded into the %d nodes in %v", len(cl.NodeNames), time.Since(start).Round(100*time.Millisecond))
-	<-regDone
-	must(t, regErr)
+	t.Logf("a registry on %s, the %d nodes' mirror of %s, up in %v (its store filled: %v)",
+		reg.Addr, len(cl.NodeNames), conformanceRegistry, time.Since(start).Round(100*time.Millisecond), filled)
 	return conformanceNodes{kubeconfig: cl.Kubeconfig(), kubectl: filepath.Join(cl.K8sBin, "kubectl"), count: len(cl.NodeNames)}
 }
 
@@ -652,6 +632,16 @@ func conformanceImages(t *testing.T, suite string, p *podman, work, coredns stri
 		t.Fatal(err)
 	}
 	derived("etcd", "registry.k8s.io/etcd:3.7.0-0", nil, filepath.Base(etcdBase), "BASE="+etcdBaseImage)
+
+	// Archives of images made of other inputs (an earlier agnhost, say)
+	// are not used again: they go, as the registry's stale stores do.
+	kept, err := filepath.Glob(filepath.Join(dir, "*.tar"))
+	must(t, err)
+	for _, a := range kept {
+		if !slices.Contains(archives, a) {
+			must(t, os.Remove(a))
+		}
+	}
 	return archives
 }
 
