@@ -40,11 +40,37 @@ conformance: ## Kubernetes' e2e suite on a nodeinit node or CONFORMANCE_CLUSTER'
 	  suite=$$(nice test/k8s/conformance/build.sh $(K8S_CACHE) | tail -n 1) && \
 	  net=$$(nice test/cluster/build/build.sh | tail -n 1) && \
 	  echo "Kubernetes binaries: $$bin; the e2e suite: $$suite; CoreDNS: $$net" && \
-	  NODEINIT_K8S_BIN=$$bin NODEINIT_CONFORMANCE_BIN=$$suite NODEINIT_CLUSTER_BIN=$$net \
-	  NODEINIT_CONFORMANCE_REPORT=$(abspath $(CONFORMANCE_REPORT)) NODEINIT_CONFORMANCE_TIMEOUT=$(CONFORMANCE_TIMEOUT) \
-	  NODEINIT_CONFORMANCE_PROCS=$(CONFORMANCE_PROCS) NODEINIT_CONFORMANCE_LABELS='$(CONFORMANCE_LABELS)' $(if $(CONFORMANCE_CLUSTER),NODEINIT_CONFORMANCE_CLUSTER=$(abspath $(CONFORMANCE_CLUSTER))) \
-	  $(if $(CONFORMANCE_FOCUS),NODEINIT_CONFORMANCE_FOCUS='$(CONFORMANCE_FOCUS)',NODEINIT_CONFORMANCE_SPECS=$(abspath $(CONFORMANCE_SPECS))) \
+	  NODEINIT_K8S_BIN=$$bin NODEINIT_CONFORMANCE_BIN=$$suite NODEINIT_CLUSTER_BIN=$$net $(CONFORMANCE_ENV) \
+	  $(if $(CONFORMANCE_CLUSTER),NODEINIT_CONFORMANCE_CLUSTER=$(abspath $(CONFORMANCE_CLUSTER))) \
 	  $(GO) test -tags k8s -count=1 -json -timeout $(CONFORMANCE_GO_TIMEOUT) -run '^TestConformance$$' ./test/k8s | $(FAILURES)
+
+# What a run runs, and where its reports go, for TestConformance and
+# TestModernHostConformance.
+CONFORMANCE_ENV = NODEINIT_CONFORMANCE_REPORT=$(abspath $(CONFORMANCE_REPORT)) NODEINIT_CONFORMANCE_TIMEOUT=$(CONFORMANCE_TIMEOUT) \
+  NODEINIT_CONFORMANCE_PROCS=$(CONFORMANCE_PROCS) NODEINIT_CONFORMANCE_LABELS='$(CONFORMANCE_LABELS)' \
+  $(if $(CONFORMANCE_FOCUS),NODEINIT_CONFORMANCE_FOCUS='$(CONFORMANCE_FOCUS)',NODEINIT_CONFORMANCE_SPECS=$(abspath $(CONFORMANCE_SPECS)))
+
+# The node image on the VM suite's modern host (cgroup v2 only, systemd,
+# under qemu; mk/vm.mk), run as the README runs it there, on the real-node
+# suite's control plane in test/vm/netns.sh's namespaces, as make e2e-vm
+# runs: by default the fixed set's [NodeConformance] specs
+# (test/k8s/conformance/vm-specs.txt), on one process, with bounds for
+# the guest's emulation. The variables above choose otherwise.
+.PHONY: conformance-vm
+
+conformance-vm: CONFORMANCE_SPECS = test/k8s/conformance/vm-specs.txt
+conformance-vm: CONFORMANCE_TIMEOUT = 90m
+conformance-vm: CONFORMANCE_GO_TIMEOUT = 120m
+conformance-vm: build ## Kubernetes' e2e suite on the node image in the cgroup v2 systemd guest under qemu: the fixed set's [NodeConformance] specs (root; ≈ 40 min under TCG)
+	@img=$$(test/vm/build-image.sh $(VM_CACHE) | tail -n 1) && \
+	  bin=$$(nice test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
+	  suite=$$(nice test/k8s/conformance/build.sh $(K8S_CACHE) | tail -n 1) && \
+	  net=$$(nice test/cluster/build/build.sh | tail -n 1) && \
+	  echo "VM image: $$img; Kubernetes binaries: $$bin; the e2e suite: $$suite" && \
+	  $(GO) list -deps -test -tags k8s ./test/k8s >/dev/null && \
+	  NODEINIT_K8S_GUESTS_ONLY=1 NODEINIT_VM_IMAGE=$$img NODEINIT_VM_ACCEL=$(VM_ACCEL) NODEINIT_VM_NODEINIT=$(CURDIR)/$(BIN)/nodeinit NODEINIT_VM_LOGS=$(VM_LOGS) \
+	  NODEINIT_K8S_BIN=$$bin NODEINIT_CONFORMANCE_BIN=$$suite NODEINIT_CLUSTER_BIN=$$net $(CONFORMANCE_ENV) \
+	  test/vm/netns.sh $(GO) test -tags k8s -count=1 -json -timeout $(CONFORMANCE_GO_TIMEOUT) -run '^TestModernHostConformance$$' ./test/k8s | $(FAILURES)
 
 # CI's run of the fixed set: on a cluster of three nodeinit nodes of its
 # own (make cluster's code, on a subnet of its own), where the cluster DNS

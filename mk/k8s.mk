@@ -34,7 +34,7 @@ e2e-k8s: ## the real-node tests: real kubelet and kube-proxy under nodeinit, a r
 	  oldest=$$(test/k8s/build/build.sh --release $(K8S_OLDEST) $(K8S_CACHE) | tail -n 1) && \
 	  echo "Kubernetes binaries: $$bin; the oldest release's node binaries: $$oldest" && \
 	  NODEINIT_K8S_BIN=$$bin NODEINIT_K8S_OLDEST_BIN=$$oldest \
-	  $(GO) test -tags k8s -count=1 -json -timeout $(E2E_K8S_TIMEOUT) -skip '^(TestRealNodeBench|TestModernHost|TestModernHostBench|TestConformance)$$' ./test/k8s | $(FAILURES)
+	  $(GO) test -tags k8s -count=1 -json -timeout $(E2E_K8S_TIMEOUT) -skip '^(TestRealNodeBench|TestModernHost|TestModernHostBench|TestConformance|TestModernHostConformance)$$' ./test/k8s | $(FAILURES)
 
 soak-k8s: ## a real node under pod churn for SOAK_K8S_DURATION (30m): nodeinit's memory, files, threads, goroutines flat, no zombie, its log quiet (root)
 	@bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \

@@ -66,6 +66,30 @@ var conformanceAgnhostPackages = []string{"bind9-dnsutils", "curl", "netcat-open
 // spec of the file that did not run or was skipped, since the file is the
 // fixed set a run must cover.
 func TestConformance(t *testing.T) {
+	o := conformanceFromEnv(t)
+	var nodes conformanceNodes
+	if dir := os.Getenv("NODEINIT_CONFORMANCE_CLUSTER"); dir != "" {
+		nodes = conformanceOnCluster(t, o.suite, dir)
+	} else {
+		nodes = getCluster(t).conformanceOnNode(t, o.suite, o.report)
+	}
+	o.run(t, nodes)
+}
+
+// conformanceOptions are what a run of the suite runs, and how.
+type conformanceOptions struct {
+	suite, report string // the suite's build; where its reports go
+	specsFile     string // the fixed set's file, or ""
+	specs         []string
+	focus, labels string
+	timeout       time.Duration
+	procs         int
+}
+
+// conformanceFromEnv reads a run's options from the environment
+// (TestConformance says which variable is what).
+func conformanceFromEnv(t *testing.T) conformanceOptions {
+	t.Helper()
 	// make e2e-k8s leaves this test out by name; what runs it names the
 	// suite's build.
 	suite := os.Getenv("NODEINIT_CONFORMANCE_BIN")
@@ -115,19 +139,20 @@ func TestConformance(t *testing.T) {
 	if specs != nil {
 		conformanceCheckSpecs(t, e2e, specs)
 	}
+	return conformanceOptions{suite: suite, report: report, specsFile: specsFile, specs: specs, focus: focus,
+		labels: os.Getenv("NODEINIT_CONFORMANCE_LABELS"), timeout: timeout, procs: procs}
+}
 
-	var nodes conformanceNodes
-	if dir := os.Getenv("NODEINIT_CONFORMANCE_CLUSTER"); dir != "" {
-		nodes = conformanceOnCluster(t, suite, dir)
-	} else {
-		nodes = getCluster(t).conformanceOnNode(t, suite, report)
-	}
+// run runs the suite against nodes, writes the table and fails the test
+// on any failed spec, and on any spec of the fixed set that did not pass.
+func (o conformanceOptions) run(t *testing.T, nodes conformanceNodes) {
+	t.Helper()
 	args := append([]string{
 		"--kubeconfig=" + nodes.kubeconfig,
 		"--provider=skeleton",
 		"--kubectl-path=" + nodes.kubectl,
 		"--num-nodes=" + strconv.Itoa(nodes.count),
-		"--e2e-output-dir=" + report,
+		"--e2e-output-dir=" + o.report,
 		// Nothing to gather the nodes' logs over ssh from: the run's own
 		// logs are the nodes' directories.
 		"--disable-log-dump",
@@ -139,22 +164,21 @@ func TestConformance(t *testing.T) {
 	// NODEINIT_CONFORMANCE_LABELS, a ginkgo label filter, narrows the
 	// focus: NodeConformance && !Conformance, say, for the node's specs
 	// that a [Conformance] run leaves out.
-	labels := os.Getenv("NODEINIT_CONFORMANCE_LABELS")
-	passes := []conformancePass{{name: "", procs: 1, labels: labels}}
-	if procs > 1 {
-		passes = []conformancePass{{name: "parallel", procs: procs, labels: andLabels(labels, "!Serial")},
-			{name: "serial", procs: 1, labels: andLabels(labels, "Serial")}}
+	passes := []conformancePass{{name: "", procs: 1, labels: o.labels}}
+	if o.procs > 1 {
+		passes = []conformancePass{{name: "parallel", procs: o.procs, labels: andLabels(o.labels, "!Serial")},
+			{name: "serial", procs: 1, labels: andLabels(o.labels, "Serial")}}
 	}
 	var cases []conformanceCase
 	var runErrs []error
 	start := time.Now()
-	deadline := start.Add(timeout)
+	deadline := start.Add(o.timeout)
 	for _, pass := range passes {
-		dir, junit, log := pass.files(report)
+		dir, junit, log := pass.files(o.report)
 		must(t, os.MkdirAll(dir, 0o755))
 		_ = os.Remove(junit)
 		remaining := time.Until(deadline).Round(time.Second)
-		cmd := pass.command(suite, focus, remaining, dir, args)
+		cmd := pass.command(o.suite, o.focus, remaining, dir, args)
 		t.Logf("running %s", strings.Join(cmd, " "))
 		passStart := time.Now()
 		runErr := conformanceRun(cmd, log, remaining+2*time.Minute)
@@ -170,22 +194,22 @@ func TestConformance(t *testing.T) {
 	}
 	took := time.Since(start)
 
-	results := conformanceResults(cases, specs)
+	results := conformanceResults(cases, o.specs)
 	table := conformanceTable(results)
-	must(t, os.WriteFile(filepath.Join(report, "results.md"), []byte(table), 0o644))
+	must(t, os.WriteFile(filepath.Join(o.report, "results.md"), []byte(table), 0o644))
 	counts := map[string]int{}
 	for _, r := range results {
 		counts[r.status]++
 	}
 	t.Logf("the suite ran in %v on %d node(s), %d process(es) (%v): %d specs: %d passed, %d failed, %d skipped, %d not run\n%s\ntable: %s, JUnit and logs: %s",
-		took.Round(time.Second), nodes.count, procs, errors.Join(runErrs...), len(results), counts["passed"], counts["failed"], counts["skipped"], counts["not run"],
-		table, filepath.Join(report, "results.md"), report)
+		took.Round(time.Second), nodes.count, o.procs, errors.Join(runErrs...), len(results), counts["passed"], counts["failed"], counts["skipped"], counts["not run"],
+		table, filepath.Join(o.report, "results.md"), o.report)
 	for _, r := range results {
 		switch {
 		case r.status == "failed":
 			t.Errorf("failed: %s: %s", r.name, r.reason)
 		case r.listed && r.status != "passed":
-			t.Errorf("%s, though it is in the fixed set of %s: %s: %s", r.status, specsFile, r.name, r.reason)
+			t.Errorf("%s, though it is in the fixed set of %s: %s: %s", r.status, o.specsFile, r.name, r.reason)
 		}
 	}
 	if len(runErrs) > 0 && counts["failed"] == 0 {

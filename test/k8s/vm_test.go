@@ -79,10 +79,11 @@ func freePort() (int, error) {
 // kvm): its root, the image's disk, and stores, the disk of its image
 // stores (imageStores), each with a throw-away overlay (snapshot=on: the
 // files are never written), the shared folder share, and the guest's
-// console in DIR/console.log, and waits until ssh answers. The guest is
-// killed when the test ends, and by the kernel if the test process dies
-// first.
-func bootVM(t *testing.T, dir, share, stores string) *vm {
+// console in DIR/console.log, and waits until ssh answers; each of the
+// guest's ports in forwards is this machine's loopback port of the same
+// number too. The guest is killed when the test ends, and by the kernel if
+// the test process dies first.
+func bootVM(t *testing.T, dir, share, stores string, forwards ...int) *vm {
 	t.Helper()
 	for _, tool := range []string{"qemu-system-x86_64", "ssh"} {
 		testenv.RequireTool(t, tool)
@@ -101,6 +102,10 @@ func bootVM(t *testing.T, dir, share, stores string) *vm {
 		port, err := freePort()
 		must(t, err)
 		v := &vm{t: t, dir: dir, share: share, image: image, port: port}
+		netdev := fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:22", port)
+		for _, p := range forwards {
+			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", p, p)
+		}
 		args := []string{"qemu-system-x86_64",
 			"-name", "nodeinit-vm", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 			"-accel", accel, "-cpu", "max", "-smp", "2", "-m", "4096",
@@ -108,7 +113,7 @@ func bootVM(t *testing.T, dir, share, stores string) *vm {
 			"-append", "console=ttyS0 root=/dev/vda rw panic=-1",
 			"-drive", "file=" + filepath.Join(image, "disk.img") + ",format=raw,if=virtio,snapshot=on",
 			"-drive", "file=" + stores + ",format=raw,if=virtio,snapshot=on",
-			"-netdev", fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:22", port),
+			"-netdev", netdev,
 			"-device", "virtio-net-pci,netdev=n0,romfile=",
 			"-virtfs", "local,path=" + share + ",mount_tag=share,security_model=passthrough,id=share",
 			"-device", "virtio-rng-pci",
@@ -248,9 +253,9 @@ func (v *vm) waitRunning() {
 
 // bootNodeHost boots a guest (bootVM) with the image stores on stores
 // (imageStores) and waits for its systemd to be running.
-func bootNodeHost(t *testing.T, dir, share, stores string) *vm {
+func bootNodeHost(t *testing.T, dir, share, stores string, forwards ...int) *vm {
 	t.Helper()
-	v := bootVM(t, dir, share, stores)
+	v := bootVM(t, dir, share, stores, forwards...)
 	t.Logf("VM booted (qemu start to ssh answering) in %v, accel %s", v.booted.Round(time.Second), cmdAccel(v))
 	v.waitRunning()
 	return v

@@ -44,11 +44,12 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", 
 // unpacked for overlayfs: the kubelet's and the DaemonSet's), the images
 // of the archives podman names (images/NAME.tar) into podman's store
 // (overlay) and, with docker, the node image into Docker's (overlay2;
-// without it Docker's store is empty). mke2fs -d writes them into an ext4
+// without it Docker's store is empty); more archives, containerd, go into
+// containerd's store too. mke2fs -d writes them into an ext4
 // image, which every guest of the suite gets as a throw-away disk
 // (snapshot=on), like its root. Under TCG the guest itself took 6 to 10
 // minutes to load the same archives.
-func imageStores(t *testing.T, dir, share string, podman []string, docker bool) string {
+func imageStores(t *testing.T, dir, share string, podman []string, docker bool, containerd ...string) string {
 	t.Helper()
 	testenv.RequireTool(t, "mke2fs")
 	stores := filepath.Join(dir, "stores")
@@ -62,9 +63,9 @@ func imageStores(t *testing.T, dir, share string, podman []string, docker bool) 
 		what, store string
 		fill        func(store string) error
 	}{
-		{"pause, busybox and the node image into containerd's store", "containerd", func(store string) error {
+		{fmt.Sprintf("pause, busybox, the node image and %d more archives into containerd's store", len(containerd)), "containerd", func(store string) error {
 			return fillContainerdStore(filepath.Join(dir, "containerd"), filepath.Join(share, filepath.Base(guestContainerdDir)), store,
-				filepath.Join(images, "pause.tar"), filepath.Join(images, "busybox.tar"), node)
+				append([]string{filepath.Join(images, "pause.tar"), filepath.Join(images, "busybox.tar"), node}, containerd...)...)
 		}},
 		{fmt.Sprintf("%v into podman's store", podman), "containers/storage", func(store string) error {
 			return fillPodmanStore(filepath.Join(dir, "podman"), store, podmanArchives...)
