@@ -134,6 +134,7 @@ func TestDaemonSet(t *testing.T) {
 		"/lib/modules":        {readOnly: true},
 		"/var/lib/containerd": {readOnly: true}, // the runtime's root, for the eviction manager
 		"/etc/machine-id":     {readOnly: true}, // the host's: the node is the host
+		"/tmp":                {},               // pods' hostPath /tmp: the kubelet's is the runtime's
 	} {
 		m, ok := mounts[path]
 		if !ok {
@@ -274,6 +275,7 @@ func TestMarathonApp(t *testing.T) {
 		// file is missing becomes a directory under docker -v.
 		{"/run", "/run", "RW"},
 		{"/lib/modules", "/lib/modules", "RO"},
+		{"/tmp", "/tmp", "RW"}, // pods' hostPath /tmp: the kubelet's is the runtime's
 	} {
 		if !slices.Contains(app.Container.Volumes, want) {
 			t.Errorf("volumes %v lack the host's %s %s", app.Container.Volumes, want.HostPath, want.Mode)

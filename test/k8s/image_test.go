@@ -131,7 +131,7 @@ func (c *cluster) runNodeImage(t *testing.T, o imageRun) *kubeNode {
 	args := []string{"run", "-d", "--name", name, "--privileged", "--network=host",
 		"-v", "/var/lib/kubelet:/var/lib/kubelet:rshared", "-v", "/sys/fs/cgroup:/sys/fs/cgroup",
 		"-v", dir + ":/etc/kubernetes:ro",
-		"-v", "/var/log/pods:/var/log/pods", "-v", cd + ":" + cd, "-v", cd + "/root:" + cd + "/root:ro"}
+		"-v", "/tmp:/tmp", "-v", "/var/log/pods:/var/log/pods", "-v", cd + ":" + cd, "-v", cd + "/root:" + cd + "/root:ro"}
 	if o.image == "" {
 		o.image = nodeImage
 	}

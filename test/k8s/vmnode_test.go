@@ -87,6 +87,7 @@ func TestModernHost(t *testing.T) {
 			static := k.waitPods("metadata.name=static-sleeper-"+nodeName, 1, 5*time.Minute)
 			t.Logf("static pod %s Running %v after podman run", static[0].Metadata.Name, time.Since(k.started).Round(100*time.Millisecond))
 			checkSystemdPod(t, v)
+			checkGuestHostPathSubPath(t, v, k)
 			// containerd 2 tells the kubelet its driver over the CRI.
 			if l := grepLines(k.log(), "Using cgroup driver setting received from the CRI runtime"); !strings.Contains(l, `cgroupDriver="systemd"`) {
 				t.Errorf("the kubelet did not take the systemd cgroup driver from containerd over the CRI: %q", l)
@@ -270,7 +271,7 @@ func readmeRun(engine string) []string {
 	return []string{engine, "run", "-d", "--name", guestNodeName, "--privileged", "--network=host", "--cgroupns=host",
 		"-v", "/var/lib/kubelet:/var/lib/kubelet:rshared", "-v", "/sys/fs/cgroup:/sys/fs/cgroup",
 		"-v", "/etc/kubernetes:/etc/kubernetes:ro", "-v", "/run:/run", "-v", "/var/log:/var/log",
-		"-v", "/lib/modules:/lib/modules:ro", "-v", "/var/lib/containerd:/var/lib/containerd:ro"}
+		"-v", "/lib/modules:/lib/modules:ro", "-v", "/var/lib/containerd:/var/lib/containerd:ro", "-v", "/tmp:/tmp"}
 }
 
 // runGuestNodeIn is runGuestNode in the guest's engine (podman or docker),
@@ -683,5 +684,47 @@ func TestDrainOfOneRun(t *testing.T) {
 		if d := drainOf(strings.Join(c.log, "\n"), c.from, c.to); len(d.problems) != c.problems {
 			t.Errorf("%s: problems %q; want %d", c.name, d.problems, c.problems)
 		}
+	}
+}
+
+// subPathPod writes a file through a subPath of a hostPath volume (/tmp),
+// and is Ready once its other container, mounting the whole volume, reads
+// it there: as the e2e suite's "HostPath should support subPath" spec.
+const subPathPod = `apiVersion: v1
+kind: Pod
+metadata: {name: subpath, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: tmp, hostPath: {path: /tmp}}]
+  containers:
+  - name: writer
+    image: ` + busyboxImage + `
+    imagePullPolicy: Never
+    command: [sh, -c, 'echo written > /sub/file && exec sleep 3600']
+    volumeMounts: [{name: tmp, mountPath: /sub, subPath: ` + guestSubPath + `}]
+  - name: reader
+    image: ` + busyboxImage + `
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+    volumeMounts: [{name: tmp, mountPath: /tmp-volume}]
+    readinessProbe:
+      exec: {command: [grep, -q, written, /tmp-volume/` + guestSubPath + `/file]}
+      periodSeconds: 2
+`
+
+// guestSubPath is subPathPod's subPath in the host's /tmp.
+const guestSubPath = "nodeinit-subpath"
+
+// checkGuestHostPathSubPath checks that a hostPath volume's subPath is the
+// host's: the kubelet makes and mounts it in its own mount namespace, the
+// runtime mounts the whole volume from the host's, so the node container's
+// /tmp must be the host's for both to be one directory.
+func checkGuestHostPathSubPath(t *testing.T, v *vm, k *kubeNode) {
+	t.Helper()
+	defer v.ssh("rm -rf /tmp/" + guestSubPath)
+	k.create("/api/v1/namespaces/default/pods", "subpath", subPathPod)
+	k.waitPods("metadata.name=subpath", 1, 2*time.Minute)
+	if got := strings.TrimSpace(v.ssh("cat /tmp/" + guestSubPath + "/file")); got != "written" {
+		t.Errorf("the host's /tmp/%s/file holds %q; want what the pod wrote through the subPath, \"written\"", guestSubPath, got)
 	}
 }
