@@ -61,7 +61,7 @@ CONFORMANCE_ENV = NODEINIT_CONFORMANCE_REPORT=$(abspath $(CONFORMANCE_REPORT)) N
 conformance-vm: CONFORMANCE_SPECS = test/k8s/conformance/vm-specs.txt
 conformance-vm: CONFORMANCE_TIMEOUT = 90m
 conformance-vm: CONFORMANCE_GO_TIMEOUT = 120m
-conformance-vm: build ## Kubernetes' e2e suite on the node image in the cgroup v2 systemd guest under qemu: the fixed set's [NodeConformance] specs (root; ≈ 40 min under TCG)
+conformance-vm: build ## Kubernetes' e2e suite on the node image in the cgroup v2 systemd guest under qemu: the fixed set's [NodeConformance] specs (root; ≈ 11 min under TCG)
 	@img=$$(test/vm/build-image.sh $(VM_CACHE) | tail -n 1) && \
 	  bin=$$(nice test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
 	  suite=$$(nice test/k8s/conformance/build.sh $(K8S_CACHE) | tail -n 1) && \
@@ -81,7 +81,7 @@ CONFORMANCE_CI_SUBNET ?= 172.30.48.0/24
 
 .PHONY: e2e-conformance
 
-e2e-conformance: build $(BIN)/pause ## the fixed set (CONFORMANCE_SPECS) on three nodeinit nodes of a cluster of its own, brought up and taken down (root; ≈ 10 min)
+e2e-conformance: build $(BIN)/pause ## the fixed set (CONFORMANCE_SPECS) on three nodeinit nodes of a cluster of its own, brought up and taken down (root; ≈ 6 min)
 	@bin=$$(nice test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && net=$$(nice test/cluster/build/build.sh | tail -n 1) && \
 	  nice test/k8s/conformance/build.sh $(K8S_CACHE) >/dev/null && \
 	  { $(GO) run ./test/cluster/cmd/cluster create --name=$(CONFORMANCE_CI_NAME) --nodes=3 --subnet=$(CONFORMANCE_CI_SUBNET) \
