@@ -27,6 +27,7 @@ import (
 
 	nodecluster "github.com/nodeinit/nodeinit/test/cluster"
 	"github.com/nodeinit/nodeinit/test/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // The images of the e2e suite that make conformance makes here, under the
@@ -551,6 +552,7 @@ func conformanceImages(t *testing.T, suite string, p *podman, work, coredns stri
 	root := testenv.ModuleRoot(t)
 	dir := filepath.Join(suite, "images")
 	must(t, os.MkdirAll(dir, 0o755))
+	defer conformanceLockImages(t, dir)()
 
 	// agnhost: the program built with the suite, on a Debian root.
 	// Its fake registry (fake-registry-server serves /var/registry) holds
@@ -667,6 +669,26 @@ func conformanceImages(t *testing.T, suite string, p *podman, work, coredns stri
 		}
 	}
 	return archives
+}
+
+// conformanceLockImages holds the suite's image directory for this run
+// alone until the returned func is called. Two runs side by side (a
+// cluster of each flavour, say) would otherwise build the same archives at
+// once, in one podman store, and one would rename the other's partial
+// archive away; the second waits, then finds them built.
+func conformanceLockImages(t *testing.T, dir string) (unlock func()) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	must(t, err)
+	start := time.Now()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("lock %s: %v", f.Name(), err)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Logf("waited %v for another run to build the suite's images", waited.Round(100*time.Millisecond))
+	}
+	return func() { f.Close() } // closing the file drops the lock
 }
 
 // conformanceSampleAPIServer builds Kubernetes' sample aggregated API

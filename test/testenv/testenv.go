@@ -68,7 +68,9 @@ func ModuleRoot(tb testing.TB) string {
 
 // Build compiles the main package pkg (a path relative to the module root,
 // such as "./cmd/nodeinit") once per test process, statically, and returns
-// the path of the binary. Binaries live in a temporary directory that
+// the path of the binary. It builds with -trimpath, as make build does: the
+// same source makes the same bytes in any checkout, so a cache keyed on a
+// binary (the e2e suite's images) is shared by every clone. Binaries live in a temporary directory that
 // Cleanup removes; call it from TestMain.
 func Build(tb testing.TB, pkg string) string {
 	tb.Helper()
@@ -100,11 +102,11 @@ func build(tb testing.TB, pkg string, race bool) string {
 		buildDir = d
 	}
 	out := filepath.Join(buildDir, filepath.Base(pkg))
-	args := []string{"build", "-o", out}
+	args := []string{"build", "-trimpath", "-o", out}
 	env := append(os.Environ(), "CGO_ENABLED=0")
 	if race {
 		out += "-race"
-		args = []string{"build", "-race", "-o", out}
+		args = []string{"build", "-trimpath", "-race", "-o", out}
 		env = append(os.Environ(), "CGO_ENABLED=1")
 	}
 	cmd := exec.Command("go", append(args, pkg)...)
