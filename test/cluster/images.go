@@ -138,7 +138,10 @@ func (c *Cluster) debianRoot(packages []string) (string, error) {
 		return "", err
 	}
 	start := time.Now()
-	tmp := tarball + ".partial"
+	// A partial file of this process's own: two clusters made at once
+	// may both make the root, and the second rename replaces a whole
+	// file with an equal one.
+	tmp := fmt.Sprintf("%s.%d.partial", tarball, os.Getpid())
 	if _, err := run(15*time.Minute, "mmdebstrap", "--quiet", "--variant=minbase", "--format=tar",
 		"--include="+strings.Join(packages, ","), "bookworm", tmp); err != nil {
 		os.Remove(tmp)
