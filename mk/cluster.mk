@@ -3,8 +3,9 @@
 # (images/node-runtime) on a podman network, flannel and CoreDNS. Included by
 # the Makefile, which defines GO, BIN, STATICCHECK and FAILURES. The
 # Kubernetes binaries come from test/k8s/build (make k8s), flanneld, the
-# flannel CNI plugin and coredns from test/cluster/build (make cluster-build),
-# each built once into a cache outside the tree.
+# flannel CNI plugin, coredns and the control plane's etcd from
+# test/cluster/build (make cluster-build), each built once into a cache
+# outside the tree.
 
 NODES   ?= 3
 NAME    ?= nodeinit
@@ -19,7 +20,7 @@ E2E_CLUSTER_TIMEOUT ?= 20m
 
 .PHONY: cluster-build cluster cluster-down cluster-load e2e-cluster lint-cluster
 
-cluster-build: ## flanneld, the flannel CNI plugin and coredns from the Go module proxy, into the cache (≈ 3–10 min the first time)
+cluster-build: ## flanneld, the flannel CNI plugin, coredns and etcd from the Go module proxy, into the cache (≈ 4–12 min the first time)
 	test/cluster/build/build.sh
 
 # The pods' sandbox program, static (CGO_ENABLED=0 from the Makefile).

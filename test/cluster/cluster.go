@@ -46,8 +46,8 @@ type Config struct {
 	// K8sBin is the directory of the Kubernetes binaries
 	// (test/k8s/build/build.sh), with containerd 2 in containerd-VERSION/.
 	K8sBin string `json:"k8sBin"`
-	// NetBin is the directory of flanneld, the flannel CNI plugin and
-	// coredns (test/cluster/build/build.sh).
+	// NetBin is the directory of flanneld, the flannel CNI plugin,
+	// coredns and etcd (test/cluster/build/build.sh).
 	NetBin string `json:"netBin"`
 	// Repo is the repository's root: the node image's Dockerfile and
 	// configuration.
@@ -364,7 +364,7 @@ func (c *Cluster) checkInputs() error {
 		filepath.Join(c.K8sBin, containerd2, "containerd"), filepath.Join(c.K8sBin, containerd2, "containerd-shim-runc-v2"),
 		filepath.Join(c.K8sBin, containerd2, "ctr"),
 		filepath.Join(c.NetBin, "flanneld"), filepath.Join(c.NetBin, "flannel"), filepath.Join(c.NetBin, "install-conf"),
-		filepath.Join(c.NetBin, "coredns"), c.NodeInit, c.Pause, "/usr/bin/etcd", "/bin/busybox",
+		filepath.Join(c.NetBin, "coredns"), filepath.Join(c.NetBin, "etcd"), c.NodeInit, c.Pause, "/bin/busybox",
 		filepath.Join(c.Repo, "images/node-runtime/Dockerfile"),
 		filepath.Join(c.Repo, "images/systemd-node-runtime/Dockerfile"),
 	} {
@@ -378,7 +378,7 @@ func (c *Cluster) checkInputs() error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("missing: %s (make k8s, make cluster-build and make build make the binaries; apt-get installs podman, mmdebstrap, runc, etcd-server and busybox-static)", strings.Join(missing, ", "))
+		return fmt.Errorf("missing: %s (make k8s, make cluster-build and make build make the binaries; apt-get installs podman, mmdebstrap, runc and busybox-static)", strings.Join(missing, ", "))
 	}
 	return nil
 }

@@ -108,7 +108,7 @@ spec:
 // cluster deleted, with nothing of it left on the machine.
 func TestCluster(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, tool := range []string{"podman", "mmdebstrap", "runc", "etcd", "nft", "busybox"} {
+	for _, tool := range []string{"podman", "mmdebstrap", "runc", "nft", "busybox"} {
 		testenv.RequireTool(t, tool)
 	}
 	k8sBin := buildDir(t, "NODEINIT_K8S_BIN", "test/k8s/build/build.sh")

@@ -162,7 +162,7 @@ func (c *Cluster) startControlPlane() error {
 	common := append([]string{"run", "-d", "--stop-timeout", "10"}, mounts...)
 	etcd := append(append([]string{}, common...), "--name", names[0], "--hostname", names[0],
 		"--network", c.Name, "--ip", c.ControlPlane, "-v", names[0]+"-etcd:/var/lib/etcd",
-		"-v", "/usr/bin/etcd:/usr/local/bin/etcd:ro", "--entrypoint", "/usr/local/bin/etcd", NodeImage,
+		"-v", filepath.Join(c.NetBin, "etcd")+":/usr/local/bin/etcd:ro", "--entrypoint", "/usr/local/bin/etcd", NodeImage,
 		"--name=control-plane", "--data-dir=/var/lib/etcd",
 		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
 		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",

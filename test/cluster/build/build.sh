@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the programs of the cluster's pod network and DNS from the Go module
-# proxy, into a cache directory outside the work tree, and prints the
+# Builds the programs of the cluster's pod network, DNS and store from the Go
+# module proxy, into a cache directory outside the work tree, and prints the
 # directory on the last line; a cached build is reused.
 #
 #   test/cluster/build/build.sh [--cached] [CACHE_ROOT]
@@ -17,7 +17,9 @@
 #             from; that module is not served)
 #   coredns/  coredns (github.com/coredns/coredns) with the plugins a
 #             cluster's Corefile uses (main.go there)
-# The cache directory is keyed on the Go version, the flags and the three
+#   etcd/     etcd (go.etcd.io/etcd/server/v3) of the version the Kubernetes
+#             release pins, the control plane's store
+# The cache directory is keyed on the Go version, the flags and the four
 # modules' go.mod and go.sum. With --cached it builds nothing: it prints the
 # directory of a complete build, or fails with exit code 3.
 set -euo pipefail
@@ -31,22 +33,24 @@ version() { # MODULE DIR: the version DIR/go.mod requires of MODULE
 flannel="$(version github.com/flannel-io/flannel "$here/flannel")"
 cni="$(version github.com/containernetworking/plugins "$here/cni")"
 coredns="$(version github.com/coredns/coredns "$here/coredns")"
+etcd="$(version go.etcd.io/etcd/server/v3 "$here/etcd")"
 ldflags="-s -w"
 # Built with the machine's own Go, as the Kubernetes binaries are: test
 # fixtures, not shipped.
 export GOTOOLCHAIN=local CGO_ENABLED=0
 goversion="$(go env GOVERSION)"
-key="$(printf '%s\n' "$goversion" "$ldflags" "$flannel" "$cni" "$coredns" \
-  "$(cat "$here"/flannel/go.mod "$here"/flannel/go.sum "$here"/cni/go.mod "$here"/cni/go.sum "$here"/coredns/go.mod "$here"/coredns/go.sum "$here"/coredns/main.go)" | sha256sum | cut -c1-12)"
+key="$(printf '%s\n' "$goversion" "$ldflags" "$flannel" "$cni" "$coredns" "$etcd" \
+  "$(cat "$here"/flannel/go.mod "$here"/flannel/go.sum "$here"/cni/go.mod "$here"/cni/go.sum "$here"/coredns/go.mod "$here"/coredns/go.sum "$here"/coredns/main.go \
+    "$here"/etcd/go.mod "$here"/etcd/go.sum)" | sha256sum | cut -c1-12)"
 root="${1:-${NODEINIT_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodeinit/cluster}}"
-out="$root/flannel-$flannel-coredns-$coredns-$goversion-$key"
+out="$root/flannel-$flannel-coredns-$coredns-etcd-$etcd-$goversion-$key"
 
 if [[ -f "$out/.complete" ]]; then
   echo "$out"
   exit 0
 fi
 if [[ -n "$cached_only" ]]; then
-  echo "build.sh: flannel $flannel and CoreDNS $coredns are not built ($out is missing or incomplete): make cluster-build builds them" >&2
+  echo "build.sh: flannel $flannel, CoreDNS $coredns and etcd $etcd are not built ($out is missing or incomplete): make cluster-build builds them" >&2
   exit 3
 fi
 mkdir -p "$out"
@@ -70,7 +74,10 @@ echo "building the flannel CNI plugin (containernetworking/plugins $cni) with $g
 echo "building coredns $coredns with $goversion" >&2
 (cd "$here/coredns" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/coredns" .)
 
-printf 'flannel %s\nflannel CNI plugin %s\ncoredns %s\n' "$flannel" "$cni" "$coredns" > "$out/VERSION"
+echo "building etcd $etcd with $goversion" >&2
+(cd "$here/etcd" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/etcd" go.etcd.io/etcd/server/v3)
+
+printf 'flannel %s\nflannel CNI plugin %s\ncoredns %s\netcd %s\n' "$flannel" "$cni" "$coredns" "$etcd" > "$out/VERSION"
 touch "$out/.complete"
 echo "built in $((SECONDS - start)) s" >&2
 echo "$out"
