@@ -231,7 +231,7 @@ type conformanceNodes struct {
 func (c *cluster) conformanceOnNode(t *testing.T, suite, report string) conformanceNodes {
 	t.Helper()
 	start := time.Now()
-	for _, a := range conformanceImages(t, suite, c.podman, c.dir, conformanceCoreDNS(t)) {
+	for _, a := range conformanceImages(t, suite, c.podman, c.dir, conformanceNetBin(t)) {
 		must(t, c.containerd.importImage(a))
 	}
 	// pause: the fixture's sandbox image is a pause of its own (holds the
@@ -279,7 +279,7 @@ func conformanceOnCluster(t *testing.T, suite, dir string) conformanceNodes {
 			t.Error(err)
 		}
 	})
-	archives := conformanceImages(t, suite, p, work, filepath.Join(cl.NetBin, "coredns"))
+	archives := conformanceImages(t, suite, p, work, cl.NetBin)
 	aliases := append(conformanceAliases, [2]string{nodecluster.PauseImage, conformancePause})
 
 	// The nodes pull every image of the suite, as a connected cluster's
@@ -544,10 +544,11 @@ func (c *cluster) startConformanceNode(t *testing.T, name, addr string) {
 	t.Logf("node %s Ready %v after nodeinit started; its kubelet serves on %s:10250", name, time.Since(k.started).Round(100*time.Millisecond), addr)
 }
 
-// conformanceImages makes the suite's agnhost and busybox images with the
-// podman p, in work, once per build of the suite (they are kept beside it),
-// and returns their archives.
-func conformanceImages(t *testing.T, suite string, p *podman, work, coredns string) []string {
+// conformanceImages makes the suite's images with the podman p, in work,
+// once per build of the suite (they are kept beside it), and returns their
+// archives; net is the cluster's build (make cluster-build), whose CoreDNS
+// and etcd two of them carry.
+func conformanceImages(t *testing.T, suite string, p *podman, work, net string) []string {
 	t.Helper()
 	root := testenv.ModuleRoot(t)
 	dir := filepath.Join(suite, "images")
@@ -647,17 +648,13 @@ func conformanceImages(t *testing.T, suite string, p *podman, work, coredns stri
 	derived("nonewprivs", "registry.k8s.io/e2e-test-images/nonewprivs:1.4",
 		map[string]string{conformanceNNP(t, root, work): "nnp"}, busybox, "BUSYBOX="+conformanceBusybox)
 	derived("glibc-dns-testing", "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
-		map[string]string{coredns: "coredns"}, "", "AGNHOST="+conformanceAgnhost)
+		map[string]string{filepath.Join(net, "coredns"): "coredns"}, "", "AGNHOST="+conformanceAgnhost)
 	// The Aggregator spec's pod: the sample-apiserver of the suite's
-	// release on the busybox image, and etcd from Debian's package.
+	// release and the cluster's etcd, of the release its name gives, each
+	// on the busybox image.
 	derived("sample-apiserver", "registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2",
 		map[string]string{conformanceSampleAPIServer(t, root, work): "sample-apiserver"}, busybox, "BUSYBOX="+conformanceBusybox)
-	etcdBase := debianRoot(t, filepath.Dir(suite), []string{"etcd-server"})
-	const etcdBaseImage = "localhost/nodeinit-conformance-etcd-base:test"
-	if _, err := p.run(5*time.Minute, "import", etcdBase, etcdBaseImage); err != nil {
-		t.Fatal(err)
-	}
-	derived("etcd", "registry.k8s.io/etcd:3.7.0-0", nil, filepath.Base(etcdBase), "BASE="+etcdBaseImage)
+	derived("etcd", "registry.k8s.io/etcd:3.7.0-0", map[string]string{filepath.Join(net, "etcd"): "etcd"}, busybox, "BUSYBOX="+conformanceBusybox)
 
 	// Archives of images made of other inputs (an earlier agnhost, say)
 	// are not used again: they go, as the registry's stale stores do.
@@ -751,16 +748,16 @@ func conformanceModuleDir(t *testing.T, root string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// conformanceCoreDNS is the cluster's CoreDNS (make cluster-build), which
-// the DNS-testing image carries: in NODEINIT_CLUSTER_BIN, which make
-// conformance sets.
-func conformanceCoreDNS(t *testing.T) string {
+// conformanceNetBin is the cluster's build (make cluster-build), whose
+// CoreDNS and etcd the suite's images carry: NODEINIT_CLUSTER_BIN, which
+// make conformance sets.
+func conformanceNetBin(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("NODEINIT_CLUSTER_BIN")
 	if dir == "" {
 		t.Fatal("NODEINIT_CLUSTER_BIN does not name the cluster's build (make cluster-build); make conformance sets it")
 	}
-	return filepath.Join(dir, "coredns")
+	return dir
 }
 
 // conformanceBuild builds the image tag from the Dockerfile def and the
