@@ -20,7 +20,7 @@ E2E_CLUSTER_TIMEOUT ?= 20m
 
 .PHONY: cluster-build cluster cluster-down cluster-load e2e-cluster lint-cluster
 
-cluster-build: ## flanneld, the flannel CNI plugin, coredns and etcd from the Go module proxy, into the cache (≈ 4–12 min the first time)
+cluster-build: ## flanneld, the flannel CNI plugin, coredns and etcd from the Go module proxy, into the cache (≈ 3–10 min the first time, and etcd's 3 min of CPU)
 	test/cluster/build/build.sh
 
 # The pods' sandbox program, static (CGO_ENABLED=0 from the Makefile).
