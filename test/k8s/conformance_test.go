@@ -671,8 +671,8 @@ func conformanceImages(t *testing.T, suite string, p *podman, work, net string) 
 // conformanceLockImages holds the suite's image directory for this run
 // alone until the returned func is called. Two runs side by side (a
 // cluster of each flavour, say) would otherwise build the same archives at
-// once, in one podman store, and one would rename the other's partial
-// archive away; the second waits, then finds them built.
+// once, each in its own podman store, and one would rename the other's
+// partial archive away; the second waits, then finds them built.
 func conformanceLockImages(t *testing.T, dir string) (unlock func()) {
 	t.Helper()
 	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)

@@ -70,8 +70,8 @@ func ModuleRoot(tb testing.TB) string {
 // such as "./cmd/nodeinit") once per test process, statically, and returns
 // the path of the binary. It builds with -trimpath, as make build does: the
 // same source makes the same bytes in any checkout, so a cache keyed on a
-// binary (the e2e suite's images) is shared by every clone. Binaries live in a temporary directory that
-// Cleanup removes; call it from TestMain.
+// binary (the e2e suite's images) is shared by every clone. Binaries live
+// in a temporary directory that Cleanup removes; call it from TestMain.
 func Build(tb testing.TB, pkg string) string {
 	tb.Helper()
 	return build(tb, pkg, false)
@@ -102,14 +102,14 @@ func build(tb testing.TB, pkg string, race bool) string {
 		buildDir = d
 	}
 	out := filepath.Join(buildDir, filepath.Base(pkg))
-	args := []string{"build", "-trimpath", "-o", out}
+	args := []string{"build", "-trimpath"}
 	env := append(os.Environ(), "CGO_ENABLED=0")
 	if race {
 		out += "-race"
-		args = []string{"build", "-trimpath", "-race", "-o", out}
+		args = append(args, "-race")
 		env = append(os.Environ(), "CGO_ENABLED=1")
 	}
-	cmd := exec.Command("go", append(args, pkg)...)
+	cmd := exec.Command("go", append(args, "-o", out, pkg)...)
 	cmd.Dir = ModuleRoot(tb)
 	cmd.Env = env
 	if msg, err := cmd.CombinedOutput(); err != nil {
