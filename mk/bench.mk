@@ -21,19 +21,23 @@ bench-short: build ## the benchmark harness in its short CI mode (no real node)
 	$(GO) run ./test/bench -nodeinit $(BIN)/nodeinit -short
 
 bench-k8s: build ## the real-node workload alone: nodeinit against a shell script, and nodeinit's node image against a systemd node image, with the real kubelet and kube-proxy (root; builds them first if need be)
-	@bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && $(call k8s-bench,$$bin)
+	@bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && net=$$(test/cluster/build/build.sh | tail -n 1) && \
+	  $(call k8s-bench,$$bin,$$net)
 
-# make bench runs the real-node workload only when the binaries are in the
-# cache already: building them takes some ten minutes.
+# make bench runs the real-node workload only when the binaries and the
+# control plane's etcd are in the cache already: building them takes some
+# ten minutes.
 bench-k8s-if-built:
-	@if bin=$$(test/k8s/build/build.sh --cached $(K8S_CACHE) 2>/dev/null); then $(call k8s-bench,$$bin); \
-	else echo; echo "Real node: not measured, the Kubernetes binaries are not in the cache (make k8s builds them; make bench-k8s builds them and measures)."; fi
+	@if bin=$$(test/k8s/build/build.sh --cached $(K8S_CACHE) 2>/dev/null) && net=$$(test/cluster/build/build.sh --cached 2>/dev/null); then \
+	  $(call k8s-bench,$$bin,$$net); \
+	else echo; echo "Real node: not measured, the Kubernetes binaries or etcd are not in the cache (make k8s and make cluster-build build them; make bench-k8s builds them and measures)."; fi
 
-# k8s-bench runs test/k8s's TestRealNodeBench with the binaries in $(1):
+# k8s-bench runs test/k8s's TestRealNodeBench with the binaries in $(1)
+# and the cluster's build (its etcd) in $(2):
 # its progress to stderr, its table to stdout (also when the test failed,
 # say on a host it found changed after a node: the times were taken).
 k8s-bench = out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
-	NODEINIT_K8S_BIN=$(1) NODEINIT_K8S_BENCH_ROUNDS=$(K8S_BENCH_ROUNDS) NODEINIT_K8S_BENCH_OUT=$$out \
+	NODEINIT_K8S_BIN=$(1) NODEINIT_CLUSTER_BIN=$(2) NODEINIT_K8S_BENCH_ROUNDS=$(K8S_BENCH_ROUNDS) NODEINIT_K8S_BENCH_OUT=$$out \
 	NODEINIT_K8S_BENCH_CONTAINER_ROUNDS=$(K8S_BENCH_CONTAINER_ROUNDS) \
 	NODEINIT_BENCH_NODEINIT=$(CURDIR)/$(BIN)/nodeinit \
 	$(GO) test -tags k8s -count=1 -v -timeout $(E2E_K8S_TIMEOUT) -run '^TestRealNodeBench$$' ./test/k8s >&2; \

@@ -39,7 +39,7 @@ conformance: ## Kubernetes' e2e suite on a nodeinit node or CONFORMANCE_CLUSTER'
 	@bin=$$(nice test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
 	  suite=$$(nice test/k8s/conformance/build.sh $(K8S_CACHE) | tail -n 1) && \
 	  net=$$(nice test/cluster/build/build.sh | tail -n 1) && \
-	  echo "Kubernetes binaries: $$bin; the e2e suite: $$suite; CoreDNS: $$net" && \
+	  echo "Kubernetes binaries: $$bin; the e2e suite: $$suite; CoreDNS and etcd: $$net" && \
 	  NODEINIT_K8S_BIN=$$bin NODEINIT_CONFORMANCE_BIN=$$suite NODEINIT_CLUSTER_BIN=$$net $(CONFORMANCE_ENV) \
 	  $(if $(CONFORMANCE_CLUSTER),NODEINIT_CONFORMANCE_CLUSTER=$(abspath $(CONFORMANCE_CLUSTER))) \
 	  $(GO) test -tags k8s -count=1 -json -timeout $(CONFORMANCE_GO_TIMEOUT) -run '^TestConformance$$' ./test/k8s | $(FAILURES)

@@ -1,5 +1,6 @@
 # The real-node tests (test/k8s): nodeinit with the real kubelet and
-# kube-proxy against a real control plane and containerd. Included by the
+# kube-proxy against a real control plane and containerd. The control
+# plane's etcd is the cluster's (make cluster-build, mk/cluster.mk). Included by the
 # Makefile, which defines GO and STATICCHECK. The Kubernetes binaries come
 # from test/k8s/build, a Go module per release (Kubernetes never enters
 # nodeinit's go.mod): test/k8s/build itself pins the suite's release
@@ -32,13 +33,14 @@ k8s: ## the Kubernetes binaries of the suite's release and the oldest supported 
 e2e-k8s: ## the real-node tests: real kubelet and kube-proxy under nodeinit, a real control plane, containerd, podman (root)
 	@bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
 	  oldest=$$(test/k8s/build/build.sh --release $(K8S_OLDEST) $(K8S_CACHE) | tail -n 1) && \
-	  echo "Kubernetes binaries: $$bin; the oldest release's node binaries: $$oldest" && \
-	  NODEINIT_K8S_BIN=$$bin NODEINIT_K8S_OLDEST_BIN=$$oldest \
+	  net=$$(test/cluster/build/build.sh | tail -n 1) && \
+	  echo "Kubernetes binaries: $$bin; the oldest release's node binaries: $$oldest; etcd: $$net" && \
+	  NODEINIT_K8S_BIN=$$bin NODEINIT_K8S_OLDEST_BIN=$$oldest NODEINIT_CLUSTER_BIN=$$net \
 	  $(GO) test -tags k8s -count=1 -json -timeout $(E2E_K8S_TIMEOUT) -skip '^(TestRealNodeBench|TestModernHost|TestModernHostBench|TestConformance|TestModernHostConformance)$$' ./test/k8s | $(FAILURES)
 
 soak-k8s: ## a real node under pod churn for SOAK_K8S_DURATION (30m): nodeinit's memory, files, threads, goroutines flat, no zombie, its log quiet (root)
-	@bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
-	  NODEINIT_K8S_BIN=$$bin NODEINIT_SOAK_DURATION=$(SOAK_K8S_DURATION) \
+	@bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && net=$$(test/cluster/build/build.sh | tail -n 1) && \
+	  NODEINIT_K8S_BIN=$$bin NODEINIT_CLUSTER_BIN=$$net NODEINIT_SOAK_DURATION=$(SOAK_K8S_DURATION) \
 	  $(GO) test -tags k8s -count=1 -json -timeout $(SOAK_K8S_TIMEOUT) -run '^TestNodeUnderPodChurn$$' ./test/k8s | $(FAILURES)
 
 # The tests carry the build tag k8s, so `go vet ./...` and staticcheck in

@@ -4,7 +4,8 @@
 # systemd. Included by the Makefile, which defines GO and BIN. The guest is
 # built from Debian's packages (test/vm/build-image.sh, cached outside the
 # tree); the control plane runs on this machine's loopback, as in
-# make e2e-k8s, and the guest reaches it through qemu's user network.
+# make e2e-k8s (its etcd from make cluster-build), and the guest reaches it
+# through qemu's user network.
 
 # Where build-image.sh keeps its images (its default: ~/.cache/nodeinit/vm).
 VM_CACHE        ?=
@@ -28,9 +29,10 @@ e2e-vm: build ## the real-node tests on a cgroup v2 systemd host booted under qe
 	@rm -rf $(VM_LOGS); img=$$(test/vm/build-image.sh $(VM_CACHE) | tail -n 1) && \
 	  bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
 	  oldest=$$(test/k8s/build/build.sh --release $(K8S_OLDEST) $(K8S_CACHE) | tail -n 1) && \
-	  echo "VM image: $$img" && echo "Kubernetes binaries: $$bin; the oldest release's node binaries: $$oldest" && \
+	  net=$$(test/cluster/build/build.sh | tail -n 1) && \
+	  echo "VM image: $$img" && echo "Kubernetes binaries: $$bin; the oldest release's node binaries: $$oldest; etcd: $$net" && \
 	  $(GO) list -deps -test -tags k8s ./test/k8s >/dev/null && \
-	  NODEINIT_K8S_GUESTS_ONLY=1 NODEINIT_VM_IMAGE=$$img NODEINIT_VM_ACCEL=$(VM_ACCEL) NODEINIT_K8S_BIN=$$bin NODEINIT_K8S_OLDEST_BIN=$$oldest NODEINIT_VM_NODEINIT=$(CURDIR)/$(BIN)/nodeinit NODEINIT_VM_LOGS=$(VM_LOGS) \
+	  NODEINIT_K8S_GUESTS_ONLY=1 NODEINIT_VM_IMAGE=$$img NODEINIT_VM_ACCEL=$(VM_ACCEL) NODEINIT_K8S_BIN=$$bin NODEINIT_K8S_OLDEST_BIN=$$oldest NODEINIT_CLUSTER_BIN=$$net NODEINIT_VM_NODEINIT=$(CURDIR)/$(BIN)/nodeinit NODEINIT_VM_LOGS=$(VM_LOGS) \
 	  test/vm/netns.sh $(GO) test -tags k8s -count=1 -json -timeout $(E2E_VM_TIMEOUT) -run '^TestModernHost$$' ./test/k8s | $(FAILURES)
 
 # The host's shutdown drained with the oldest supported release's kubelet
@@ -42,7 +44,8 @@ e2e-vm-oldest: build ## only the VM suite's host shutdown drained with the oldes
 	@rm -rf $(VM_LOGS); img=$$(test/vm/build-image.sh $(VM_CACHE) | tail -n 1) && \
 	  bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
 	  oldest=$$(test/k8s/build/build.sh --release $(K8S_OLDEST) $(K8S_CACHE) | tail -n 1) && \
-	  NODEINIT_VM_IMAGE=$$img NODEINIT_VM_ACCEL=$(VM_ACCEL) NODEINIT_K8S_BIN=$$bin NODEINIT_K8S_OLDEST_BIN=$$oldest NODEINIT_VM_NODEINIT=$(CURDIR)/$(BIN)/nodeinit NODEINIT_VM_LOGS=$(VM_LOGS) \
+	  net=$$(test/cluster/build/build.sh | tail -n 1) && \
+	  NODEINIT_VM_IMAGE=$$img NODEINIT_VM_ACCEL=$(VM_ACCEL) NODEINIT_K8S_BIN=$$bin NODEINIT_K8S_OLDEST_BIN=$$oldest NODEINIT_CLUSTER_BIN=$$net NODEINIT_VM_NODEINIT=$(CURDIR)/$(BIN)/nodeinit NODEINIT_VM_LOGS=$(VM_LOGS) \
 	  $(GO) test -tags k8s -count=1 -json -timeout $(E2E_VM_TIMEOUT) -run '^TestModernHost$$/^$(VM_OLDEST_CASE)$$' ./test/k8s | $(FAILURES)
 
 # Rounds of the node containers' comparison on the modern host: each is
@@ -55,8 +58,9 @@ VM_BENCH_TIMEOUT ?= 90m
 bench-k8s-vm: build ## make bench-k8s's node containers (nodeinit's node image against a systemd node) on the cgroup v2 systemd host under qemu, in one guest boot: the table and the ratios (root)
 	@img=$$(test/vm/build-image.sh $(VM_CACHE) | tail -n 1) && \
 	  bin=$$(test/k8s/build/build.sh $(K8S_CACHE) | tail -n 1) && \
+	  net=$$(test/cluster/build/build.sh | tail -n 1) && \
 	  out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
-	  NODEINIT_VM_IMAGE=$$img NODEINIT_VM_ACCEL=$(VM_ACCEL) NODEINIT_K8S_BIN=$$bin NODEINIT_VM_NODEINIT=$(CURDIR)/$(BIN)/nodeinit NODEINIT_VM_LOGS=$(VM_LOGS) \
+	  NODEINIT_VM_IMAGE=$$img NODEINIT_VM_ACCEL=$(VM_ACCEL) NODEINIT_K8S_BIN=$$bin NODEINIT_CLUSTER_BIN=$$net NODEINIT_VM_NODEINIT=$(CURDIR)/$(BIN)/nodeinit NODEINIT_VM_LOGS=$(VM_LOGS) \
 	  NODEINIT_VM_BENCH_ROUNDS=$(VM_BENCH_ROUNDS) NODEINIT_VM_BENCH_OUT=$$out \
 	  $(GO) test -tags k8s -count=1 -v -timeout $(VM_BENCH_TIMEOUT) -run '^TestModernHostBench$$' ./test/k8s >&2; \
 	  rc=$$?; echo; cat "$$out"; exit $$rc

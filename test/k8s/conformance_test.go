@@ -231,7 +231,7 @@ type conformanceNodes struct {
 func (c *cluster) conformanceOnNode(t *testing.T, suite, report string) conformanceNodes {
 	t.Helper()
 	start := time.Now()
-	for _, a := range conformanceImages(t, suite, c.podman, c.dir, conformanceNetBin(t)) {
+	for _, a := range conformanceImages(t, suite, c.podman, c.dir, c.net) {
 		must(t, c.containerd.importImage(a))
 	}
 	// pause: the fixture's sandbox image is a pause of its own (holds the
@@ -746,18 +746,6 @@ func conformanceModuleDir(t *testing.T, root string) string {
 		t.Fatalf("the suite's module k8s.io/kubernetes is not in the module cache (%v): make conformance-build downloads it", err)
 	}
 	return strings.TrimSpace(string(out))
-}
-
-// conformanceNetBin is the cluster's build (make cluster-build), whose
-// CoreDNS and etcd the suite's images carry: NODEINIT_CLUSTER_BIN, which
-// make conformance sets.
-func conformanceNetBin(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("NODEINIT_CLUSTER_BIN")
-	if dir == "" {
-		t.Fatal("NODEINIT_CLUSTER_BIN does not name the cluster's build (make cluster-build); make conformance sets it")
-	}
-	return dir
 }
 
 // conformanceBuild builds the image tag from the Dockerfile def and the

@@ -12,7 +12,8 @@ import (
 	"time"
 )
 
-// startControlPlane starts etcd, kube-apiserver, kube-controller-manager and
+// startControlPlane starts etcd (the cluster's build, of the release
+// Kubernetes pins), kube-apiserver, kube-controller-manager and
 // kube-scheduler on 127.0.0.1, with certificates made here, and waits until
 // the API serves and the controllers have made what pods need: the default
 // ServiceAccount and the kube-root-ca.crt ConfigMap.
@@ -50,7 +51,7 @@ func (c *cluster) startControlPlane() error {
 	c.api = &api{base: apiServer, client: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsc}}}
 	insecure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a health check of our own server
 
-	etcd, err := c.start("etcd", "etcd",
+	etcd, err := c.start("etcd", filepath.Join(c.net, "etcd"),
 		"--name=nodeinit-test", "--data-dir="+filepath.Join(c.dir, "etcd"),
 		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
 		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",

@@ -69,6 +69,7 @@ func TestMain(m *testing.M) {
 type cluster struct {
 	dir    string // everything the fixture writes, removed at the end
 	bin    string // the Kubernetes binaries (make k8s)
+	net    string // the cluster's build (make cluster-build): its etcd is the control plane's store
 	nodeIP string // the kubelet's --node-ip: the host's own address
 	pki    *pki
 	admin  identity
@@ -104,7 +105,7 @@ func getCluster(t *testing.T) *cluster {
 	if guestsOnly() && !strings.HasPrefix(t.Name(), "TestModernHost") {
 		t.Fatal("NODEINIT_K8S_GUESTS_ONLY=1: this run's fixture owns only its network namespace and runs nodes in guests only; run this test without it")
 	}
-	for _, tool := range []string{"etcd", "containerd", "ctr", "runc", "podman", "iptables-save", "iptables-restore", "nft", "ip", "unshare", "busybox"} {
+	for _, tool := range []string{"containerd", "ctr", "runc", "podman", "iptables-save", "iptables-restore", "nft", "ip", "unshare", "busybox"} {
 		testenv.RequireTool(t, tool)
 	}
 	testenv.Require(t, dirExists("/usr/lib/cni"), "needs the CNI plugins in /usr/lib/cni (containernetworking-plugins)")
@@ -123,6 +124,19 @@ func getCluster(t *testing.T) *cluster {
 func k8sBin(t *testing.T) string {
 	t.Helper()
 	return buildDir(t, "NODEINIT_K8S_BIN")
+}
+
+// clusterBin is the directory of the cluster's build (make cluster-build),
+// whose etcd is the control plane's store and whose CoreDNS and etcd the
+// conformance suite's images carry: $NODEINIT_CLUSTER_BIN (the make targets
+// set it), else what test/cluster/build/build.sh prints, building it the
+// first time.
+func clusterBin(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("NODEINIT_CLUSTER_BIN"); dir != "" {
+		return dir
+	}
+	return scriptDir(t, filepath.Join(testenv.ModuleRoot(t), "test", "cluster", "build", "build.sh"))
 }
 
 // buildDir is the directory of a build of build.sh: $env when set, else
@@ -161,7 +175,7 @@ func startCluster(t *testing.T) (c *cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &cluster{dir: dir, bin: k8sBin(t), base: base}
+	c = &cluster{dir: dir, bin: k8sBin(t), net: clusterBin(t), base: base}
 	defer func() {
 		if err != nil {
 			for _, e := range c.close() {
@@ -174,6 +188,9 @@ func startCluster(t *testing.T) (c *cluster, err error) {
 		if _, err := os.Stat(filepath.Join(c.bin, b)); err != nil {
 			return c, fmt.Errorf("%s is missing from %s: run make k8s", b, c.bin)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(c.net, "etcd")); err != nil {
+		return c, fmt.Errorf("etcd is missing from %s: run make cluster-build", c.net)
 	}
 	if !guestsOnly() {
 		if c.nodeIP, err = hostIP(); err != nil {

@@ -44,7 +44,7 @@ func (c *cluster) conformanceOnGuest(t *testing.T, suite, report string) conform
 	share := filepath.Join(dir, "share")
 	start := time.Now()
 	c.fillShare(t, share, map[string]string{"node": nodeImage, "pause": pauseImage, "busybox": busyboxImage})
-	archives := conformanceImages(t, suite, c.podman, c.dir, conformanceNetBin(t))
+	archives := conformanceImages(t, suite, c.podman, c.dir, c.net)
 	stores := imageStores(t, t.TempDir(), share, []string{"node"}, false, archives...)
 	t.Logf("the suite's images made and written into the guest's containerd store in %v", time.Since(start).Round(100*time.Millisecond))
 
