@@ -1,10 +1,10 @@
 # The real-node tests (test/k8s): nodeinit with the real kubelet and
-# kube-proxy against a real control plane and containerd. The control
-# plane's etcd is the cluster's (make cluster-build, mk/cluster.mk). Included by the
-# Makefile, which defines GO and STATICCHECK. The Kubernetes binaries come
-# from test/k8s/build, a Go module per release (Kubernetes never enters
-# nodeinit's go.mod): test/k8s/build itself pins the suite's release
-# (control plane, kubelet, kube-proxy, kubectl, crictl), and
+# kube-proxy against a real control plane and containerd. Included by the
+# Makefile, which defines GO and STATICCHECK. The control plane's etcd is
+# the cluster's (make cluster-build, mk/cluster.mk). The Kubernetes
+# binaries come from test/k8s/build, a Go module per release (Kubernetes
+# never enters nodeinit's go.mod): test/k8s/build itself pins the suite's
+# release (control plane, kubelet, kube-proxy, kubectl, crictl), and
 # test/k8s/build/$(K8S_OLDEST) the kubelet and kube-proxy of the oldest
 # minor still supported upstream, which the node tests also run. build.sh
 # builds a release from the Go module proxy into a cache outside the tree,
