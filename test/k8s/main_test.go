@@ -123,7 +123,7 @@ func getCluster(t *testing.T) *cluster {
 // them the first time.
 func k8sBin(t *testing.T) string {
 	t.Helper()
-	return buildDir(t, "NODEINIT_K8S_BIN")
+	return buildDir(t, "NODEINIT_K8S_BIN", k8sBuildScript)
 }
 
 // clusterBin is the directory of the cluster's build (make cluster-build),
@@ -133,20 +133,21 @@ func k8sBin(t *testing.T) string {
 // first time.
 func clusterBin(t *testing.T) string {
 	t.Helper()
-	if dir := os.Getenv("NODEINIT_CLUSTER_BIN"); dir != "" {
-		return dir
-	}
-	return scriptDir(t, filepath.Join(testenv.ModuleRoot(t), "test", "cluster", "build", "build.sh"))
+	return buildDir(t, "NODEINIT_CLUSTER_BIN", "test/cluster/build/build.sh")
 }
 
-// buildDir is the directory of a build of build.sh: $env when set, else
-// what build.sh with args prints, building it the first time.
-func buildDir(t *testing.T, env string, args ...string) string {
+// k8sBuildScript builds the Kubernetes binaries of a release.
+const k8sBuildScript = "test/k8s/build/build.sh"
+
+// buildDir is the directory of a build of script (a path from the module
+// root): $env when set, else what script with args prints, building it
+// the first time.
+func buildDir(t *testing.T, env, script string, args ...string) string {
 	t.Helper()
 	if dir := os.Getenv(env); dir != "" {
 		return dir
 	}
-	return scriptDir(t, filepath.Join(testenv.ModuleRoot(t), "test", "k8s", "build", "build.sh"), args...)
+	return scriptDir(t, filepath.Join(testenv.ModuleRoot(t), filepath.FromSlash(script)), args...)
 }
 
 // scriptDir runs a build script of the project's, which prints the

@@ -38,7 +38,7 @@ type release struct {
 // build.sh --release prints, building them the first time.
 func oldestBin(t *testing.T) string {
 	t.Helper()
-	return buildDir(t, "NODEINIT_K8S_OLDEST_BIN", "--release", oldestRelease)
+	return buildDir(t, "NODEINIT_K8S_OLDEST_BIN", k8sBuildScript, "--release", oldestRelease)
 }
 
 // releases is the matrix: the suite's release first, then the oldest.
